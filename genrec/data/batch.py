@@ -1,0 +1,146 @@
+"""Jagged batches: values + offsets per feature, no padding.
+
+Training examples are (input sequence, next item at every position); evaluation examples are (history, one
+target item, the user's full history for excluding seen items). Truncation keeps the most recent items.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from genrec.data.schema import SequenceData
+
+ITEM_FEATURE = "item"
+
+
+@dataclass
+class JaggedBatch:
+    """A batch of B user sequences stored jagged; ``N = sum_i N_i`` positions in all.
+
+    Attributes:
+        item_ids: ``(N,)`` int64 input item IDs, sequence after sequence, oldest first.
+        offsets: ``(B + 1,)`` int64; sequence ``i`` is ``item_ids[offsets[i]:offsets[i + 1]]``.
+        target_ids: ``(N,)`` next item at every position (training) or ``(B,)`` one target per sequence (eval).
+        user_ids: ``(B,)`` int64 user indices.
+        timestamps: ``(N,)`` int64 seconds of the input items, or ``None``.
+        query_timestamps: ``(N,)`` int64 time of the event each position predicts (the next item's time; for the
+            last position of an evaluation sequence, the target's time), or ``None``.
+        seen_ids / seen_offsets: jagged ``(S,)`` / ``(B + 1,)`` every item in the user's history before the target
+            (not truncated), for removing seen items from a ranking; ``None`` for training batches.
+    """
+
+    item_ids: torch.Tensor
+    offsets: torch.Tensor
+    target_ids: torch.Tensor
+    user_ids: torch.Tensor
+    timestamps: torch.Tensor | None = None
+    query_timestamps: torch.Tensor | None = None
+    seen_ids: torch.Tensor | None = None
+    seen_offsets: torch.Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``(B,)`` sequence lengths."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def max_length(self) -> int:
+        return int(self.lengths.max()) if self.batch_size else 0
+
+    def last_positions(self) -> torch.Tensor:
+        """``(B,)`` index into the ``N`` axis of each sequence's most recent item."""
+        return self.offsets[1:] - 1
+
+    def to(self, device: torch.device | str) -> "JaggedBatch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{k: v.to(device, non_blocking=True) for k, v in moved.items() if v is not None})
+
+    def to_kjt(self):
+        """The input items as a TorchRec KeyedJaggedTensor with the single key ``"item"``."""
+        from torchrec import KeyedJaggedTensor
+
+        return KeyedJaggedTensor.from_offsets_sync(keys=[ITEM_FEATURE], values=self.item_ids, offsets=self.offsets)
+
+
+@dataclass
+class _Example:
+    user: int
+    items: np.ndarray
+    targets: np.ndarray
+    times: np.ndarray | None
+    query_times: np.ndarray | None
+    seen: np.ndarray | None
+
+
+class TrainSequences(Dataset):
+    """Next-item training examples: for each user with at least two training items, the training part
+    (sequence minus its last two items) predicts itself shifted by one; the most recent ``max_len`` kept."""
+
+    def __init__(self, data: SequenceData, max_len: int):
+        self.data, self.max_len = data, max_len
+        train_len = data.lengths - 2
+        self.users = np.flatnonzero(train_len >= 2)
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+    def __getitem__(self, idx: int) -> _Example:
+        u = int(self.users[idx])
+        start, end = int(self.data.offsets[u]), int(self.data.offsets[u + 1]) - 2
+        start = max(start, end - self.max_len - 1)
+        seq = self.data.item_ids[start:end]
+        ts = self.data.timestamps
+        return _Example(u, seq[:-1], seq[1:], None if ts is None else ts[start:end - 1],
+                        None if ts is None else ts[start + 1:end], None)
+
+
+class EvalSequences(Dataset):
+    """Leave-one-out evaluation: ``split="valid"`` predicts each user's second-to-last item from the items before
+    it, ``split="test"`` the last item from everything before it (the validation item included)."""
+
+    def __init__(self, data: SequenceData, max_len: int, split: str):
+        if split not in ("valid", "test"):
+            raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+        self.data, self.max_len = data, max_len
+        self.held_out = 2 if split == "valid" else 1
+
+    def __len__(self) -> int:
+        return self.data.num_users
+
+    def __getitem__(self, u: int) -> _Example:
+        first, target = int(self.data.offsets[u]), int(self.data.offsets[u + 1]) - self.held_out
+        start = max(first, target - self.max_len)
+        ts = self.data.timestamps
+        return _Example(u, self.data.item_ids[start:target], self.data.item_ids[target:target + 1],
+                        None if ts is None else ts[start:target], None if ts is None else ts[start + 1:target + 1],
+                        self.data.item_ids[first:target])
+
+
+def _jagged(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False)), offsets
+
+
+def collate(examples: list[_Example]) -> JaggedBatch:
+    """Stack examples from :class:`TrainSequences` or :class:`EvalSequences` into one :class:`JaggedBatch`."""
+    item_ids, offsets = _jagged([e.items for e in examples])
+    has_time = examples[0].times is not None
+    seen_ids, seen_offsets = _jagged([e.seen for e in examples]) if examples[0].seen is not None else (None, None)
+    return JaggedBatch(
+        item_ids=item_ids,
+        offsets=offsets,
+        target_ids=_jagged([e.targets for e in examples])[0],
+        user_ids=torch.tensor([e.user for e in examples], dtype=torch.int64),
+        timestamps=_jagged([e.times for e in examples])[0] if has_time else None,
+        query_timestamps=_jagged([e.query_times for e in examples])[0] if has_time else None,
+        seen_ids=seen_ids,
+        seen_offsets=seen_offsets,
+    )

@@ -1,0 +1,122 @@
+"""genrec's data schema: what every reader returns and what every model consumes.
+
+Two stages:
+
+* :class:`InteractionLog` — raw events as read from a file, one row per interaction, raw IDs, plus optional item
+  content. Every reader (synthetic, MovieLens, Amazon, generic) returns this.
+* :class:`SequenceData` — after filtering and ID remapping: one time-ordered item sequence per user, stored
+  jagged (values + offsets), dense item IDs ``1..num_items`` with ``0`` reserved for padding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from genrec.data.errors import DataError
+
+USER = "user"
+ITEM = "item"
+TIMESTAMP = "timestamp"
+RATING = "rating"
+PAD_ITEM = 0
+
+#: Text fields a reader may fill in the item content table, in the order a text encoder joins them.
+TEXT_FIELDS = ("title", "brand", "categories", "description")
+
+
+@dataclass
+class InteractionLog:
+    """Raw interactions of one dataset.
+
+    Attributes:
+        name: dataset name, used in messages and cache keys.
+        events: one row per interaction with columns ``user`` and ``item`` (raw IDs, int64 or str), optionally
+            ``timestamp`` (int64 seconds), ``rating`` (float32) and feature columns named in ``feature_columns``.
+            Within a user, row order is chronological order when there is no ``timestamp`` column.
+        items: item content indexed by raw item ID (same dtype as ``events.item``): text columns from
+            :data:`TEXT_FIELDS` and attribute columns (e.g. ``genres`` as a list of strings). ``None`` when the
+            dataset has no content.
+        source: where the events came from (path or a description), used in error messages.
+        feature_columns: names of extra per-interaction columns carried through preprocessing.
+    """
+
+    name: str
+    events: pd.DataFrame
+    items: pd.DataFrame | None = None
+    source: str = ""
+    feature_columns: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        missing = [c for c in (USER, ITEM) if c not in self.events.columns]
+        if missing:
+            raise DataError(self.source or self.name, f"events table lacks required column(s) {missing}; "
+                            f"has {list(self.events.columns)}")
+        for col in self.feature_columns:
+            if col not in self.events.columns:
+                raise DataError(self.source or self.name, f"feature column {col!r} is not in the events table")
+
+    @property
+    def has_timestamps(self) -> bool:
+        return TIMESTAMP in self.events.columns
+
+
+@dataclass
+class SequenceData:
+    """Per-user item sequences after preprocessing, stored jagged.
+
+    Attributes:
+        name: dataset name.
+        item_ids: ``(sum_u N_u,)`` int64 dense item IDs in ``1..num_items``, user after user, oldest first.
+        offsets: ``(num_users + 1,)`` int64; user ``u``'s sequence is ``item_ids[offsets[u]:offsets[u+1]]``.
+        timestamps: ``(sum_u N_u,)`` int64 seconds aligned with ``item_ids``, or ``None`` if the data has none.
+        item_raw_ids: ``(num_items + 1,)`` raw item ID of each dense ID; entry 0 is the padding slot.
+        user_raw_ids: ``(num_users,)`` raw user ID of each user index.
+        items: item content indexed by dense item ID (``1..num_items``), or ``None``.
+    """
+
+    name: str
+    item_ids: np.ndarray
+    offsets: np.ndarray
+    timestamps: np.ndarray | None
+    item_raw_ids: np.ndarray
+    user_raw_ids: np.ndarray
+    items: pd.DataFrame | None = None
+
+    @property
+    def num_users(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_items(self) -> int:
+        """Number of real items; embedding tables need ``num_items + 1`` rows (row 0 is padding)."""
+        return len(self.item_raw_ids) - 1
+
+    @property
+    def num_interactions(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(num_users,)`` sequence length per user."""
+        return np.diff(self.offsets)
+
+    def sequence(self, user: int) -> np.ndarray:
+        return self.item_ids[self.offsets[user]:self.offsets[user + 1]]
+
+    def item_index(self) -> dict:
+        """Raw item ID -> dense item ID."""
+        return {raw: i for i, raw in enumerate(self.item_raw_ids) if i != PAD_ITEM}
+
+    def summary(self) -> dict:
+        lengths = self.lengths
+        return {
+            "dataset": self.name,
+            "users": self.num_users,
+            "items": self.num_items,
+            "interactions": self.num_interactions,
+            "mean_length": round(float(lengths.mean()), 2) if len(lengths) else 0.0,
+            "max_length": int(lengths.max()) if len(lengths) else 0,
+            "has_timestamps": self.timestamps is not None,
+        }

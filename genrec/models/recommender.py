@@ -1,0 +1,61 @@
+"""A retrieval recommender: item embeddings (from outside) + a sequence encoder + a similarity."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genrec.data.batch import JaggedBatch
+from genrec.data.schema import PAD_ITEM
+from genrec.embedding import ItemEmbedding
+from genrec.models.encoder import SequenceEncoder
+
+SIMILARITIES = ("dot", "cosine")
+
+
+class SequentialRecommender(nn.Module):
+    """Scores items for a user as ``sim(user_state, item_embedding)``.
+
+    Args:
+        item_embedding: the item table (unsharded :class:`ItemEmbedding`, or a sharded one with the same interface).
+        encoder: any :class:`SequenceEncoder` of the same width.
+        similarity: ``"dot"`` or ``"cosine"`` (both sides L2-normalised); the loss and the ranking use the same.
+    """
+
+    def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot"):
+        super().__init__()
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
+        if item_embedding.dim != encoder.dim:
+            raise ValueError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
+        self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, similarity
+
+    @property
+    def num_items(self) -> int:
+        return self.item_embedding.num_embeddings - 1
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=-1) if self.similarity == "cosine" else x
+
+    def encode(self, batch: JaggedBatch) -> torch.Tensor:
+        """``(N, D)`` user state after every position of the batch (normalised for cosine similarity)."""
+        embeddings = self.item_embedding(batch.to_kjt())
+        return self._norm(self.encoder(embeddings, batch.offsets, batch.timestamps, batch.query_timestamps))
+
+    def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
+        """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
+        return self.encode(batch)[batch.last_positions()]
+
+    def item_vectors(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(*,)`` item IDs -> ``(*, D)`` vectors on the scoring side."""
+        return self._norm(self.item_embedding.lookup(ids))
+
+    def all_item_vectors(self) -> torch.Tensor:
+        """``(num_items + 1, D)`` every item's vector (row 0 is padding)."""
+        return self._norm(self.item_embedding.table())
+
+    def score_all(self, batch: JaggedBatch) -> torch.Tensor:
+        """``(B, num_items + 1)`` score of every item for each sequence; the padding column is ``-inf``."""
+        scores = self.user_embeddings(batch) @ self.all_item_vectors().T
+        scores[:, PAD_ITEM] = float("-inf")
+        return scores

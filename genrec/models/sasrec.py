@@ -1,0 +1,84 @@
+"""SASRec (Kang & McAuley, 2018): a causal transformer over the item sequence, on torch SDPA.
+
+Pre-norm blocks (LayerNorm -> causal multi-head self-attention -> residual; LayerNorm -> feed-forward -> residual),
+learned absolute positions counted from the oldest item of the (truncated) window, a final LayerNorm.
+Sequences are right-padded inside the encoder only: with causal attention a real position never attends to a
+padded one, so no key-padding mask is needed and SDPA can take its fused causal path.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genrec.models.encoder import SequenceEncoder
+from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, num_heads: int, dropout: float):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.num_heads, self.dropout = num_heads, dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L, D)`` -> ``(B, L, D)``."""
+        b, l, d = x.shape
+        q, k, v = self.qkv(x).view(b, l, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(b, l, d))
+
+
+class SASRecBlock(nn.Module):
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float, attn_dropout: float):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, num_heads, attn_dropout)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x)))
+        return x + self.drop(self.ffn(self.norm2(x)))
+
+
+class SASRec(SequenceEncoder):
+    """
+    Args:
+        dim: model width ``D`` (equal to the item-embedding dimension).
+        num_layers / num_heads: transformer depth and heads.
+        max_len: longest input sequence (size of the position table).
+        ffn_dim: feed-forward hidden width (defaults to ``dim``, as in the SASRec paper).
+        dropout: dropout on the input embeddings and on both residual branches of every block.
+        attn_dropout: dropout on attention probabilities (off by default: on CPU its random mask is the most
+            expensive op of a block).
+    """
+
+    def __init__(self, dim: int = 64, num_layers: int = 2, num_heads: int = 2, max_len: int = 50,
+                 ffn_dim: int | None = None, dropout: float = 0.2, attn_dropout: float = 0.0):
+        super().__init__()
+        self.dim, self.max_len = dim, max_len
+        self.positions = nn.Embedding(max_len, dim)
+        nn.init.normal_(self.positions.weight, std=0.02)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(SASRecBlock(dim, num_heads, ffn_dim or dim, dropout, attn_dropout)
+                                    for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(dim)
+
+    def forward(self, embeddings: torch.Tensor, offsets: torch.Tensor, timestamps: torch.Tensor | None = None,
+                query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
+        """``(N, D)`` jagged embeddings -> ``(N, D)`` states; timestamps are not used by SASRec."""
+        longest = int((offsets[1:] - offsets[:-1]).max())
+        if longest > self.max_len:
+            raise ValueError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
+        x = jagged_to_padded(embeddings, offsets, longest)  # (B, L, D)
+        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:longest])
+        for block in self.blocks:
+            x = block(x)
+        return padded_to_jagged(self.final_norm(x), offsets)

@@ -1,0 +1,129 @@
+"""Train a sequential recommender: ``python -m genrec.train`` or ``genrec-train`` (Hydra CLI).
+
+One run = one folder (``runs/<data>-<model>/<time>/`` by default) with the resolved ``config.yaml``,
+``metrics.json`` (model and baselines, validation and test), ``checkpoints/``, CSV and TensorBoard logs and
+``curves.png``. With ``results_name=<name>`` the metrics also go to ``results/<name>.json`` for docs/results.md.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from genrec.data.errors import DataError
+from genrec.eval.baselines import BASELINES
+from genrec.eval.metrics import evaluate
+from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from genrec.training.plots import plot_curves
+from genrec.utils.provenance import REPO_ROOT, provenance, write_json
+
+log = logging.getLogger("genrec.train")
+
+
+def evaluate_baselines(cfg: DictConfig, datamodule) -> dict[str, dict[str, dict[str, float]]]:
+    """Validation and test metrics of every baseline named in ``cfg.baselines``, by genrec's evaluation code."""
+    out = {}
+    for name in cfg.baselines:
+        if name not in BASELINES:
+            raise KeyError(f"unknown baseline {name!r}; known: {sorted(BASELINES)}")
+        scorer = BASELINES[name](datamodule.data)
+        out[name] = {split: evaluate(scorer, loader(), tuple(cfg.eval.ks), cfg.eval.exclude_history)
+                     for split, loader in (("valid", datamodule.val_dataloader),
+                                           ("test", datamodule.test_dataloader))}
+    return out
+
+
+def _split_metrics(logged: dict[str, Any], prefix: str) -> dict[str, float]:
+    return {k.split("/", 1)[1]: float(v) for k, v in logged.items() if k.startswith(prefix + "/")}
+
+
+def format_table(rows: dict[str, dict[str, float]], columns: list[str]) -> str:
+    """A plain-text table: one row per model/baseline, one column per metric."""
+    width = max(len(name) for name in rows) + 2
+    lines = ["".ljust(width) + "".join(c.rjust(11) for c in columns)]
+    for name, metrics in rows.items():
+        lines.append(name.ljust(width) + "".join(f"{metrics.get(c, float('nan')):11.4f}" for c in columns))
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Train, select the best validation checkpoint, test it and write the run folder. Returns metrics.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    data = datamodule.data
+    log.info("data: %s", data.summary())
+    baselines = evaluate_baselines(cfg, datamodule)
+
+    task = build_task(cfg, data.num_items)
+    monitor = f"val/{cfg.eval.monitor}"
+    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor=monitor, mode="max",
+                                 save_last=True)
+    callbacks = [checkpoint]
+    if cfg.early_stop_patience:
+        callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=cfg.early_stop_patience))
+    csv_logger = CSVLogger(run_dir, name="logs", version="")
+    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, default_root_dir=run_dir,
+                        logger=[csv_logger, TensorBoardLogger(run_dir, name="tensorboard", version="")])
+    started = time.time()
+    trainer.fit(task, datamodule=datamodule)
+    train_seconds = time.time() - started
+    valid = trainer.validate(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+    test = trainer.test(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+
+    metrics = {
+        "dataset": data.summary(),
+        "model": cfg.model.name,
+        "seed": cfg.seed,
+        "protocol": {"split": "leave-one-out (valid: second-to-last, test: last)", "ranking": "full corpus",
+                     "exclude_history": cfg.eval.exclude_history, "monitor": monitor},
+        "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
+        "baselines": baselines,
+        "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
+        "best_epoch": _best_epoch(csv_logger, monitor),
+        "epochs_run": trainer.current_epoch,
+        "train_seconds": round(train_seconds, 1),
+        **provenance(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    write_json(run_dir / "metrics.json", metrics)
+    plot_curves(Path(csv_logger.log_dir) / "metrics.csv", run_dir / "curves.png")
+    if cfg.results_name:
+        write_json(REPO_ROOT / "results" / f"{cfg.results_name}.json", {"name": cfg.results_name, **metrics})
+
+    columns = [f"{m}@{k}" for k in cfg.eval.ks for m in ("recall", "ndcg")] + ["mrr"]
+    rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
+    print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
+          f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n{format_table(rows, columns)}\n"
+          f"run folder: {run_dir}")
+    return metrics
+
+
+def _best_epoch(csv_logger: CSVLogger, monitor: str) -> int:
+    frame = pd.read_csv(Path(csv_logger.log_dir) / "metrics.csv").dropna(subset=[monitor])
+    return int(frame.loc[frame[monitor].idxmax(), "epoch"])
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except DataError as err:
+        print(f"genrec-train: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

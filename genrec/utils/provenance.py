@@ -1,0 +1,45 @@
+"""Where a number came from: the commit, the time and the machine, written next to every result."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def git_commit(root: Path = REPO_ROOT) -> str:
+    """HEAD's SHA with ``+dirty`` if tracked files differ from it, or ``unknown`` outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_count": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def provenance() -> dict[str, Any]:
+    return {"commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "environment": environment()}
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    return path
