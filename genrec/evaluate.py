@@ -83,8 +83,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dirs[0] / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = {**models, **baselines}
-    plot = plot_evaluation(rows, cfg.plot_metric, [f"{m}@{max(ks)}" for m in ("recall", "ndcg")] + ["mrr"],
-                           out_dir / "evaluation.png")
+    k = cfg.plot_metric.split("@")[1] if "@" in cfg.plot_metric else max(ks)
+    plot = plot_evaluation(rows, cfg.plot_metric, [f"recall@{k}", f"ndcg@{k}", "mrr"], out_dir / "evaluation.png")
     out = {"dataset": datamodule.data.summary(), "exclude_history": exclude, "ks": list(ks),
            "breakdown_settings": OmegaConf.to_container(cfg.breakdowns), "models": models, "baselines": baselines,
            "plots": [plot.name], **provenance()}

@@ -88,7 +88,8 @@ def export_tables(files: list[dict]) -> list[str]:
                 f"`results/{r['name']}.json`: the run's checkpoint (trained {r['config']['trainer']['max_epochs']} "
                 f"epochs at most, seed {r['seed']}) exported by `genrec-export`, then served by "
                 "`scripts/retrieval_example.py` (exported user tower + faiss index + ID map, no genrec code) for "
-                f"every one of the {d['users']:,} test users, history items {'removed' if r['exclude_history'] else 'kept'}. "
+                f"every one of the {d['users']:,} test users, history items "
+                f"{'removed' if r['exclude_history'] else 'kept'}. "
                 f"Commit `{r['commit'][:12]}`.", "",
                 f"- Flat index vs genrec's own ranking: identical top-10 for {flat['identical_top10']:,} of "
                 f"{flat['users']:,} users, {flat['tie_order_differences']} differ only in the order of tied scores "
@@ -104,6 +105,14 @@ def export_tables(files: list[dict]) -> list[str]:
         out.append(f"| genrec ranking (in framework) | – | 1 | {f['recall@10']:.4f} | {f['ndcg@10']:.4f} | – |")
         for name, b in r["baselines"].items():
             out.append(f"| {name} (baseline) | – | – | {b['recall@10']:.4f} | {b['ndcg@10']:.4f} | – |")
+        best_name, best = max(r["baselines"].items(), key=lambda kv: kv[1]["recall@10"])
+        if f["recall@10"] < best["recall@10"]:
+            out += ["", f"The model served here does not beat the {best_name} baseline (recall@10 "
+                    f"{f['recall@10']:.4f} vs {best['recall@10']:.4f}): this check needs a trained checkpoint, not a "
+                    f"tuned one, and its run was cut to {r['config']['trainer']['max_epochs']} epochs to fit a shared "
+                    "2-core machine. Longer training (the default: 20 epochs with early stopping, `make run`) is "
+                    "what we expect to close that gap (not measured here); the export reproduces whatever the "
+                    "checkpoint ranks, good or bad."]
         worst = min(x["recall_at_10_vs_exact"] for x in r["indexes"].values())
         out += ["", f"Goal for the ANN indexes at default settings: recall@10 ≥ 0.95 against exact search "
                 f"({'met' if worst >= 0.95 else 'NOT met'}: lowest {worst:.4f}). ms / user: batches of "

@@ -107,7 +107,8 @@ class ExportedRetriever:
             raise ArtifactError(f"{path}: not found (listed in manifest.json as {artifact!r})")
         actual = _sha256(path)
         if actual != entry["sha256"]:
-            raise ArtifactError(f"{path}: SHA-256 {actual[:16]}… does not match the manifest's {entry['sha256'][:16]}… "
+            raise ArtifactError(f"{path}: SHA-256 {actual[:16]}… does not match the manifest's "
+                                f"{entry['sha256'][:16]}… "
                                 "(the file is corrupted or comes from another export)")
         return path
 

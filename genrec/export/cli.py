@@ -42,19 +42,14 @@ class ParityError(ValueError):
     """The exported tower does not reproduce the in-framework query vectors."""
 
 
-def test_histories(datamodule) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Per test batch: the users' whole histories before the test item ``(ids (S,), offsets (B + 1,))`` and the
-    in-framework input (truncated to ``max_len``) as the batch itself."""
-    return [(batch.seen_ids, batch.seen_offsets, batch) for batch in datamodule.test_dataloader()]
-
-
 @torch.no_grad()
-def tower_parity(run_model, histories, reference, atol: float, rtol: float) -> dict[str, Any]:
-    """Run ``run_model(ids, offsets) -> (B, D)`` on every test user's whole history and compare with the
-    in-framework query vectors ``reference`` (list of ``(B, D)``). Returns the figures for the manifest."""
+def tower_parity(run_tower, batches, reference, atol: float, rtol: float) -> dict[str, Any]:
+    """Run ``run_tower(ids, offsets) -> (B, D)`` on every test user's whole history (``batch.seen_ids``, not
+    truncated: the tower truncates) and compare with the in-framework query vectors ``reference`` (one ``(B, D)``
+    per batch) by ``torch.allclose``. Returns the figures for the manifest."""
     worst, users, ok = 0.0, 0, True
-    for (ids, offsets, _), expected in zip(histories, reference):
-        got = torch.as_tensor(np.asarray(run_model(ids, offsets)))
+    for batch, expected in zip(batches, reference):
+        got = torch.as_tensor(np.asarray(run_tower(batch.seen_ids, batch.seen_offsets)))
         worst = max(worst, float((got - expected).abs().max()))
         ok &= bool(torch.allclose(got, expected, atol=atol, rtol=rtol))
         users += len(expected)
@@ -87,8 +82,68 @@ def _raw_id(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _check(parity: dict[str, Any], path: Path, cfg: DictConfig) -> None:
+    if not parity["passed"]:
+        raise ParityError(f"{path}: exported tower differs from the in-framework encoder on test users: max |diff| "
+                          f"= {parity['max_abs_diff']:.3g} (parity.atol={cfg.parity.atol}, "
+                          f"parity.rtol={cfg.parity.rtol})")
+
+
+def _export_towers(tower: UserTower, num_items: int, out_dir: Path, batches, reference, cfg: DictConfig
+                   ) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Write ``user_tower.pt2`` (and ``user_tower.onnx`` when possible), each reloaded from disk and checked
+    against ``reference``. Returns (manifest entries, why ONNX was skipped or None)."""
+    output = {"name": "query", "shape": ["B", tower.item_table.shape[1]], "dtype": "float32",
+              "meaning": "user vectors; score = inner product with item_vectors"
+                         + (" (both sides L2-normalised)" if tower.cosine else "")}
+    fields = {"inputs": TOWER_INPUTS, "output": output, "max_len": tower.max_len,
+              "truncation": f"keeps each user's most recent {tower.max_len} items, as genrec's evaluation does"}
+    path = out_dir / "user_tower.pt2"
+    torch.export.save(export_tower(tower, num_items), path)
+    parity = tower_parity(torch.export.load(path).module(), batches, reference, cfg.parity.atol, cfg.parity.rtol)
+    _check(parity, path, cfg)
+    entries = {"user_tower": artifact_entry(out_dir, path.name, "torch_export", parity=parity, **fields)}
+    if not cfg.onnx:
+        return entries, "onnx=false in the export config"
+    path = out_dir / "user_tower.onnx"
+    reason = export_onnx(tower, num_items, path)
+    if reason:
+        return entries, reason
+    runner = _onnx_runner(path)
+    if runner is None:
+        parity = {"skipped": "onnxruntime is not installed: ONNX parity not checked"}
+    else:
+        parity = tower_parity(runner, batches, reference, cfg.parity.atol, cfg.parity.rtol)
+        _check(parity, path, cfg)
+    entries["user_tower_onnx"] = artifact_entry(out_dir, path.name, "onnx", parity=parity, **fields)
+    return entries, None
+
+
+def _export_indexes(vectors: np.ndarray, queries: np.ndarray, out_dir: Path, cfg: DictConfig
+                    ) -> dict[str, dict[str, Any]]:
+    """Write ``index_<name>.faiss`` for every entry of ``cfg.indexes`` over ``vectors (num_items, D)``; each one's
+    recall@10 against exact search is measured on ``queries (num_users, D)``. Returns the manifest entries."""
+    ids = np.arange(1, len(vectors) + 1, dtype=np.int64)
+    exact = exact_top_k(queries, vectors, ids, 10)  # (num_users, 10) dense IDs
+    entries = {}
+    for name, index_cfg in cfg.indexes.items():
+        index, params = build_index(vectors, ids, OmegaConf.to_container(index_cfg, resolve=True))
+        file = f"index_{name}.faiss"
+        faiss.write_index(index, str(out_dir / file))
+        recall = recall_at_k(index.search(queries, 10)[1], exact)
+        kind, metric, built_on = params.pop("type"), params.pop("metric"), params.pop("built_on")
+        entries[f"index_{name}"] = artifact_entry(
+            out_dir, file, "faiss_index", type=kind, metric=metric, dim=int(index.d), ntotal=int(index.ntotal),
+            labels="dense item IDs (1..num_items); map to raw IDs with the id_map", built_on=built_on,
+            params=params, recall_at_10_vs_exact=recall)
+        log.info("index %s: recall@10 vs exact search on %d test users = %.4f", name, len(queries), recall)
+    return entries
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Export the run ``cfg.run_dir`` as configured; returns the manifest."""
+    if cfg.default_index not in cfg.indexes:
+        raise ValueError(f"default_index={cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
     run_dir = Path(cfg.run_dir)
     train_cfg, datamodule, task = load_run(run_dir, cfg.checkpoint)
     model, data = task.model, datamodule.data
@@ -108,70 +163,27 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     artifacts["item_vectors"] = artifact_entry(out_dir, "item_vectors.npy", "item_vectors",
                                                shape=list(vectors.shape), dtype="float32", first_id=1)
 
-    histories = test_histories(datamodule)
+    batches = list(datamodule.test_dataloader())
     with torch.no_grad():
-        reference = [model.user_embeddings(batch) for _, _, batch in histories]
-    queries = torch.cat(reference).numpy()  # (num_users, D)
-    tower = UserTower(model)
-    output = {"name": "query", "shape": ["B", vectors.shape[1]], "dtype": "float32",
-              "meaning": f"user vectors; score = inner product with item_vectors "
-                         f"({'both sides L2-normalised' if model.similarity == 'cosine' else 'not normalised'})"}
-    tower_fields = {"inputs": TOWER_INPUTS, "output": output, "max_len": tower.max_len,
-                    "truncation": f"keeps each user's most recent {tower.max_len} items, as genrec's evaluation"}
-    torch.export.save(export_tower(tower, data.num_items), out_dir / "user_tower.pt2")
-    loaded = torch.export.load(out_dir / "user_tower.pt2").module()
-    parity = tower_parity(loaded, histories, reference, cfg.parity.atol, cfg.parity.rtol)
-    if not parity["passed"]:
-        raise ParityError(f"{out_dir / 'user_tower.pt2'}: exported tower differs from the in-framework encoder on "
-                          f"test users: max |diff| = {parity['max_abs_diff']:.3g} (parity.atol={cfg.parity.atol}, "
-                          f"parity.rtol={cfg.parity.rtol})")
-    artifacts["user_tower"] = artifact_entry(out_dir, "user_tower.pt2", "torch_export", parity=parity,
-                                             **tower_fields)
+        reference = [model.user_embeddings(batch) for batch in batches]
+    towers, reason = _export_towers(UserTower(model), data.num_items, out_dir, batches, reference, cfg)
+    artifacts.update(towers)
+    if reason:
+        skipped["user_tower_onnx"] = reason
 
-    if cfg.onnx:
-        reason = export_onnx(tower, data.num_items, out_dir / "user_tower.onnx")
-        runner = None if reason else _onnx_runner(out_dir / "user_tower.onnx")
-        if reason:
-            skipped["user_tower_onnx"] = reason
-        else:
-            onnx_parity = (tower_parity(runner, histories, reference, cfg.parity.atol, cfg.parity.rtol) if runner
-                           else {"skipped": "onnxruntime is not installed: ONNX parity not checked"})
-            if not onnx_parity.get("passed", True):
-                raise ParityError(f"{out_dir / 'user_tower.onnx'}: ONNX tower differs from the in-framework "
-                                  f"encoder: max |diff| = {onnx_parity['max_abs_diff']:.3g}")
-            artifacts["user_tower_onnx"] = artifact_entry(out_dir, "user_tower.onnx", "onnx", parity=onnx_parity,
-                                                          **tower_fields)
-    else:
-        skipped["user_tower_onnx"] = "onnx=false in the export config"
-
-    ids = np.arange(1, data.num_items + 1, dtype=np.int64)
-    exact = exact_top_k(queries, vectors, ids, 10)  # (num_users, 10) dense IDs
-    index_names = []
-    for name, index_cfg in cfg.indexes.items():
-        index, params = build_index(vectors, ids, OmegaConf.to_container(index_cfg, resolve=True))
-        file = f"index_{name}.faiss"
-        faiss.write_index(index, str(out_dir / file))
-        recall = recall_at_k(index.search(queries, 10)[1], exact)
-        kind, metric, built_on = params.pop("type"), params.pop("metric"), params.pop("built_on")
-        artifacts[f"index_{name}"] = artifact_entry(
-            out_dir, file, "faiss_index", type=kind, metric=metric, dim=int(index.d), ntotal=int(index.ntotal),
-            labels="dense item IDs (1..num_items); map to raw IDs with the id_map", built_on=built_on,
-            params=params, recall_at_10_vs_exact=recall)
-        index_names.append(f"index_{name}")
-        log.info("index %s: recall@10 vs exact search on %d test users = %.4f", name, len(queries), recall)
-    if f"index_{cfg.default_index}" not in index_names:
-        raise ValueError(f"default_index={cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
+    indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
+    artifacts.update(indexes)
 
     ckpt = run_dir / "checkpoints" / f"{cfg.checkpoint}.ckpt"
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model": {"name": train_cfg.model.name, "kind": "retrieval", "similarity": model.similarity,
                   "normalised": model.similarity == "cosine", "dim": int(vectors.shape[1]),
-                  "num_items": data.num_items, "max_len": tower.max_len},
+                  "num_items": data.num_items, "max_len": towers["user_tower"]["max_len"]},
         "source": {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha256(ckpt),
                    "dataset": data.summary(), "seed": train_cfg.seed},
         "artifacts": artifacts,
-        "retrieval": {"query_encoder": "user_tower", "indexes": index_names,
+        "retrieval": {"query_encoder": "user_tower", "indexes": list(indexes),
                       "default_index": f"index_{cfg.default_index}", "id_map": "item_ids",
                       "exclude_history": bool(train_cfg.eval.exclude_history)},
         "skipped": skipped,
@@ -193,6 +205,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except (DataError, ParityError) as err:
+    except (DataError, ValueError) as err:  # ParityError and config errors included
         print(f"genrec-export: error: {err}", file=sys.stderr)
         sys.exit(2)

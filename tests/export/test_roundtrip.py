@@ -82,7 +82,8 @@ def test_index_of_another_dimension_is_a_mismatch(copy_of):
     vectors = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
     index, _ = build_index(vectors, np.arange(1, 51), {"type": "flat"})
     faiss.write_index(index, str(copy_of / "index_flat.faiss"))
-    _rewrite_manifest(copy_of, lambda m: m["artifacts"]["index_flat"].update(sha256=sha256(copy_of / "index_flat.faiss")))
+    new_sum = sha256(copy_of / "index_flat.faiss")
+    _rewrite_manifest(copy_of, lambda m: m["artifacts"]["index_flat"].update(sha256=new_sum))
     with pytest.raises(example.ArtifactError, match=r"index_flat.faiss: index holds 50 vectors of dim 8, manifest says "
                                                     r"\d+ items of dim 16"):
         example.ExportedRetriever(copy_of, "index_flat")
