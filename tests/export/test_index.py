@@ -44,15 +44,15 @@ def test_flat_index_is_exact_and_labels_dense_ids():
 
 @pytest.mark.parametrize("name", ["ivfpq", "hnsw"])
 def test_ann_index_defaults_reach_recall_095_and_survive_a_round_trip(name, tmp_path):
-    vectors, queries = _clustered(2000, 32, 0), _clustered(500, 32, 1)
-    ids = np.arange(1, 2001)
+    vectors, queries = _clustered(1000, 32, 0), _clustered(300, 32, 1)
+    ids = np.arange(1, 1001)
     index, info = build_index(vectors, ids, _conf(name))
     labels = index.search(queries, 10)[1]
     assert recall_at_k(labels, exact_top_k(queries, vectors, ids, 10)) >= 0.95
     faiss.write_index(index, str(tmp_path / "index.faiss"))
     assert np.array_equal(faiss.read_index(str(tmp_path / "index.faiss")).search(queries, 10)[1], labels)
     if name == "ivfpq":  # defaults chosen by size: nlist <= items / 39, 8-bit codes, m = dim / 2
-        assert info["nlist"] == 2000 // 39 and info["nbits"] == 8 and info["m"] == 16
+        assert info["nlist"] == 1000 // 39 and info["nbits"] == 8 and info["m"] == 16
 
 
 def test_bad_index_configs_name_the_key():
