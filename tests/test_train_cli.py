@@ -43,9 +43,9 @@ def test_eval_entry_reproduces_test_metrics(trained):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
     out = eval_entry.run(cfg)
-    assert out["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
-    assert out["metrics"]["valid"] == pytest.approx(metrics["metrics"]["valid"], abs=1e-6)
-    assert (run_dir / "eval.json").exists()
+    assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
+    assert out["models"]["sasrec"]["metrics"]["valid"] == pytest.approx(metrics["metrics"]["valid"], abs=1e-6)
+    assert (run_dir / "eval" / "metrics.json").exists() and (run_dir / "eval" / "evaluation.png").exists()
 
 
 def test_cli_reports_bad_data_in_one_line(tmp_path):
