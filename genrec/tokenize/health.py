@@ -86,9 +86,9 @@ def plot_health(codes: np.ndarray, codebook_sizes: list[int], out_png: Path) -> 
              yscale="symlog")
     left.legend(fontsize=8)
     for length in range(1, codes.shape[1] + 1):
-        counts = prefix_counts(codes, length)
-        right.hist(counts, bins=np.arange(1, counts.max() + 2) - 0.5, histtype="step", label=f"prefix length {length}")
-    right.set(title="items per prefix", xlabel="items sharing the prefix", ylabel="prefixes", xscale="symlog",
+        sizes, freq = np.unique(prefix_counts(codes, length), return_counts=True)
+        right.plot(sizes, freq, marker=".", label=f"prefix length {length}")
+    right.set(title="items per prefix", xlabel="items sharing the prefix", ylabel="prefixes", xscale="log",
               yscale="log")
     right.legend(fontsize=8)
     fig.tight_layout()

@@ -11,6 +11,7 @@ from genrec.data.errors import DataError
 from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, TextEncoder,
                                       item_texts)
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from tests.shared import skip_without_shared
 from tests.tokenize.helpers import make_data
 
 TITLES = ["Red matte lipstick", "Crimson matte lip colour", "Stainless steel hex bolts, 50 pack",
@@ -142,3 +143,32 @@ def test_collaborative_embeddings_are_the_runs_item_table(tmp_path):
         CollaborativeEncoder(str(run_dir)).encode(other)
     with pytest.raises(DataError, match="not found: expected a run folder"):
         CollaborativeEncoder(str(tmp_path / "nothing")).encode(other)
+
+
+def _real(name):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("tokenize", overrides=[f"data={name}"])
+    from genrec.data.datamodule import load_dataset
+
+    return load_dataset(cfg.data.reader, cfg.data.preprocess, cache_dir=None)
+
+
+@pytest.mark.shared_data
+@skip_without_shared
+def test_beauty_items_without_title_are_counted():
+    data = _real("beauty")
+    with pytest.raises(DataError, match="7 of 12101 items have no text in fields \\['title'\\]"):
+        item_texts(data)
+    texts, without = item_texts(data, on_empty="raw_id")
+    assert without == 7 and all(texts) and len(texts) == 12101
+
+
+@pytest.mark.shared_data
+@skip_without_shared
+def test_scientific_items_join_all_four_text_fields():
+    texts, without = item_texts(_real("scientific"))
+    assert without == 0 and len(texts) == 4344
+    # counts of empty fields checked against the raw Scientific.item.json: brand 12, categories 131, description 123
+    assert sum(t.startswith("Title: ") for t in texts) == 4344
+    assert [sum(f"; {field}: " in t for t in texts) for field in ("Brand", "Categories", "Description")] == [
+        4344 - 12, 4344 - 131, 4344 - 123]

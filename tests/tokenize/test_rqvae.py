@@ -97,3 +97,20 @@ def test_straight_through_gradient_reaches_the_encoder():
 def test_too_few_items_for_the_codebook():
     with pytest.raises(ValueError, match="tokenizer.codebook_size=64"):
         RQVAETokenizer(codebook_size=64, epochs=1).fit(np.zeros((10, 4), dtype=np.float32))
+
+
+@pytest.mark.slow
+def test_minilm_text_of_synthetic_items_gives_their_latent_clusters_at_level_one():
+    """genrec's synthetic items: cluster-specific vocabulary, brands and categories in their text."""
+    from genrec.data.synthetic import generate_synthetic
+    from genrec.tokenize.encoders import TextEncoder
+    from tests.tokenize.helpers import make_data
+
+    items = generate_synthetic(num_users=50, num_items=600, num_clusters=10, seed=1).items
+    x = TextEncoder().encode(make_data(items)).vectors
+    labels = items["latent_cluster"].to_numpy()
+    tokenizer = RQVAETokenizer(num_levels=2, codebook_size=16, epochs=60, hidden_dims=(128, 64), latent_dim=16,
+                               batch_size=128, lr=3e-3).fit(x, seed=0)
+    level1 = tokenizer.encode(x)[:, 0]
+    chance = purity(np.random.default_rng(0).permutation(level1), labels)
+    assert purity(level1, labels) >= 0.9 and chance < 0.3

@@ -61,3 +61,11 @@ def test_cli_reports_bad_embedding_file_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"genrec-tokenize: error: {bad}: has shape (7, 4); expected (" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_same_seed_same_table(tmp_path):
+    overrides = ["tokenizer=rqvae", "tokenizer.codebook_size=8", "tokenizer.num_levels=2", "tokenizer.epochs=3",
+                 "tokenizer.hidden_dims=[32]", "tokenizer.latent_dim=8", "encoder.fields=[categories,brand,title]"]
+    hashes = [_run(tmp_path / f"run{i}", overrides + [f"seed={seed}"])[1]["sid_table"]["content_hash"]
+              for i, seed in enumerate((0, 0, 1))]
+    assert hashes[0] == hashes[1] != hashes[2]
