@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from genrec.data.datamodule import load_dataset
 from genrec.tokenize.collisions import resolve_collisions
 from genrec.tokenize.health import health_report, plot_health, plot_training
+from genrec.tokenize.quantizer import Quantizer
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.training.builders import CONF_DIR
 from genrec.utils.provenance import REPO_ROOT, provenance, write_json
@@ -59,7 +60,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     encode_seconds = time.time() - started
     log.info("%s: %d items -> %s embeddings", data.name, data.num_items, x.shape)
 
-    quantizer = build(cfg.tokenizer)
+    quantizer: Quantizer = build(cfg.tokenizer)
     started = time.time()
     quantizer.fit(x, seed=cfg.seed)
     raw_codes = quantizer.encode(x)
