@@ -85,8 +85,8 @@ def tokenizer_tables(files: list[dict]) -> list[str]:
            "variance). These describe the tokenizer, not a ranking, so the most-popular and transition baselines "
            "do not apply here; retrieval with the tables is measured by the generative models that use them.", "",
            "| dataset | items | encoder | method | collisions | codebook sizes | usage per level | entropy per level "
-           "| colliding before | after | reconstruction error | fit s | source |",
-           "|---|" + "---|" * 12]
+           "| colliding before | after | reconstruction error | seed | fit s | source |",
+           "|---|" + "---|" * 13]
     for r in runs:
         h = r["health"]
         semantic = [level for level in h["levels"] if level["kind"] == "semantic"]
@@ -97,7 +97,7 @@ def tokenizer_tables(files: list[dict]) -> list[str]:
                    f"{r['collisions']} | {' x '.join(str(k) for k in r['sid_table']['codebook_sizes'])} | "
                    f"{_levels(semantic, 'usage', '.1%')} | {_levels(semantic, 'normalized_entropy', '.3f')} | "
                    f"{before['colliding_items']:,} ({before['collision_rate']:.2%}) | {after['colliding_items']} | "
-                   f"{h['reconstruction']['relative']:.4f} | {r['seconds']['fit_and_resolve']:.0f} | "
+                   f"{h['reconstruction']['relative']:.4f} | {r['seed']} | {r['seconds']['fit_and_resolve']:.0f} | "
                    f"`results/{r['name']}.json` |")
     notes = sorted({(r["dataset"]["dataset"], r["encoder"].get("items_without_text", 0)) for r in runs
                     if r["encoder"].get("items_without_text")})
