@@ -92,7 +92,8 @@ def tokenizer_tables(files: list[dict]) -> list[str]:
         semantic = [level for level in h["levels"] if level["kind"] == "semantic"]
         before, after = h["collisions_before"], h["collisions_after"]
         encoder = r["encoder"]
-        encoder_name = f"{encoder['name']} {encoder['dim']}-d" + (f" ({encoder['model']})" if "model" in encoder else "")
+        encoder_name = f"{encoder['name']} {encoder['dim']}-d" + (f" ({encoder['model']})" if "model" in encoder
+                                                                  else "")
         out.append(f"| {r['dataset']['dataset']} | {h['items']:,} | {encoder_name} | {r['tokenizer']} | "
                    f"{r['collisions']} | {' x '.join(str(k) for k in r['sid_table']['codebook_sizes'])} | "
                    f"{_levels(semantic, 'usage', '.1%')} | {_levels(semantic, 'normalized_entropy', '.3f')} | "
