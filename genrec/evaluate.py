@@ -21,6 +21,7 @@ from genrec.data.errors import DataError
 from genrec.eval.baselines import BASELINES
 from genrec.eval.breakdown import breakdowns, rank_users
 from genrec.eval.plots import plot_evaluation
+from genrec.models.generative import GenerativeRecommender
 from genrec.train import format_table
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task
 from genrec.utils.provenance import provenance, write_json
@@ -35,7 +36,7 @@ def load_run(run_dir: Path, checkpoint: str = "best"):
     cfg = OmegaConf.load(config_path)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    task = build_task(cfg, datamodule.data.num_items)
+    task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids)
     state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
     task.load_state_dict(state)
     return cfg, datamodule, task.eval()
@@ -68,6 +69,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ks = tuple(cfg.ks or first_cfg.eval.ks)
     exclude = first_cfg.eval.exclude_history if cfg.exclude_history is None else cfg.exclude_history
 
+    for _, _, task in loaded:
+        if isinstance(task.model, GenerativeRecommender):  # it removes the history inside the beam
+            task.model.exclude_history = exclude
     names = [c.model.name for c, _, _ in loaded]
     models = {}
     for i, (run_dir, name, (train_cfg, dm, task)) in enumerate(zip(run_dirs, names, loaded)):

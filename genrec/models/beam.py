@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from genrec.models.semantic_ids import SemanticIDs
-from genrec.models.trie import PrefixTrie
+from genrec.models.trie import BruteForceConstraint, PrefixTrie
 
 
 class Decoder(Protocol):
@@ -87,7 +87,8 @@ def _is_seen(items: torch.Tensor, seen: torch.Tensor, num_columns: int) -> torch
 
 
 @torch.no_grad()
-def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int, trie: PrefixTrie | None = None,
+def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
+                trie: PrefixTrie | BruteForceConstraint | None = None,
                 seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> BeamResult:
     """Decode the ``top_k`` most likely code tuples for every user of ``decoder``.
 
@@ -96,7 +97,8 @@ def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int, trie
         sids: the semantic IDs (codebook sizes and tuple -> item lookup).
         beam: prefixes kept per user after each level but the last.
         top_k: tuples returned per user (``<= beam``).
-        trie: constrain every step to valid prefixes (``None``: unconstrained).
+        trie: constrain every step to valid prefixes (``None``: unconstrained); a
+            :class:`BruteForceConstraint` does the same the naive way.
         seen: ``(seen_ids (S,), seen_offsets (B + 1,))`` history items to remove from the results.
     Returns:
         :class:`BeamResult` with ``k = top_k`` columns.

@@ -82,3 +82,31 @@ def brute_force_allowed(codes: torch.Tensor, prefixes: torch.Tensor, size: int, 
         rows, cols = match.nonzero(as_tuple=True)
         out[start + rows, nxt[cols]] = True
     return out
+
+
+class BruteForceConstraint:
+    """The naive decoder's constraint, with the trie's interface: a "node" is the mixed-radix key of the decoded
+    prefix, and the allowed codes come from :func:`brute_force_allowed` against every valid tuple at every step.
+
+    Args:
+        codes: ``(N, L)`` the valid code tuples.
+        codebook_sizes: ``(L,)`` codebook sizes.
+    """
+
+    def __init__(self, codes: torch.Tensor, codebook_sizes: tuple[int, ...]):
+        self.codes, self.codebook_sizes = codes.long(), tuple(int(k) for k in codebook_sizes)
+
+    def _prefixes(self, level: int, keys: torch.Tensor) -> torch.Tensor:
+        """``(R,)`` keys of length-``level`` prefixes -> ``(R, level)`` codes."""
+        out = torch.empty(len(keys), level, dtype=torch.int64, device=keys.device)
+        for j in range(level - 1, -1, -1):
+            out[:, j] = keys % self.codebook_sizes[j]
+            keys = keys // self.codebook_sizes[j]
+        return out
+
+    def allowed(self, level: int, nodes: torch.Tensor) -> torch.Tensor:
+        flat = self._prefixes(level, nodes.flatten())
+        return brute_force_allowed(self.codes, flat, self.codebook_sizes[level]).view(*nodes.shape, -1)
+
+    def advance(self, level: int, nodes: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        return nodes * self.codebook_sizes[level] + codes
