@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.errors import DataError
+from genrec.dist.checkpoint import load_weights
 from genrec.eval.metrics import evaluate
 from genrec.train import evaluate_baselines, format_table
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task
@@ -30,8 +30,7 @@ def load_run(run_dir: Path, checkpoint: str = "best"):
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items)
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
-    task.load_state_dict(state)
+    load_weights(ckpt_path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
     return cfg, datamodule, task.eval()
 
 
@@ -40,8 +39,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_cfg, datamodule, task = load_run(run_dir, cfg.checkpoint)
     ks = tuple(cfg.ks or train_cfg.eval.ks)
     exclude = train_cfg.eval.exclude_history if cfg.exclude_history is None else cfg.exclude_history
-    metrics = {split: evaluate(task.model.score_all, loader(), ks, exclude)
-               for split, loader in (("valid", datamodule.val_dataloader), ("test", datamodule.test_dataloader))}
+    metrics = {split: evaluate(task.model.score_all, datamodule.eval_dataloader(split), ks, exclude)
+               for split in ("valid", "test")}
     train_cfg.eval.ks, train_cfg.eval.exclude_history = list(ks), exclude
     baselines = evaluate_baselines(train_cfg, datamodule) if cfg.baselines else {}
     out = {"run_dir": str(run_dir), "checkpoint": cfg.checkpoint, "dataset": datamodule.data.summary(),
