@@ -102,7 +102,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                         logger=[csv_logger, TensorBoardLogger(run_dir, name="tensorboard", version="")])
     started = time.time()
-    trainer.fit(task, datamodule=datamodule)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.resume_from)
     train_seconds = time.time() - started
     valid = trainer.validate(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
     test = trainer.test(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torchrec.distributed import DistributedModelParallel
 
 META_FILE = "meta.pt"
 
@@ -38,12 +39,30 @@ def load_distributed(path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
     return torch.load(Path(path) / META_FILE, map_location="cpu", weights_only=False)
 
 
+def training_state(module_state: dict[str, Any], model: DistributedModelParallel | None) -> dict[str, Any]:
+    """What a distributed checkpoint stores: the module's state dict and the fused optimizer's (sharded) state."""
+    state = {"model": module_state}
+    optimizer_state = model.fused_optimizer.state_dict() if model is not None else {}
+    if optimizer_state.get("state"):  # empty on a process holding no shard (table-wise, fewer tables than ranks)
+        state["sparse_optimizer"] = optimizer_state
+    return state
+
+
+def restore(path: str | Path, module: nn.Module, model: DistributedModelParallel | None = None) -> dict[str, Any]:
+    """Load a distributed checkpoint into ``module`` (sharded by ``model``, or unsharded) and, given ``model``,
+    the fused optimizer's state (to resume training). Returns the checkpoint's ``meta``."""
+    state = training_state(module.state_dict(), model)
+    meta = load_distributed(path, state)
+    module.load_state_dict(state["model"])
+    if "sparse_optimizer" in state:
+        model.fused_optimizer.load_state_dict(state["sparse_optimizer"])
+    return meta
+
+
 def load_weights(path: str | Path, module: nn.Module) -> None:
     """Load a checkpoint's model weights into ``module`` (a LightningModule): a distributed checkpoint folder
     (any world size) or a single Lightning ``.ckpt`` file."""
     if is_distributed_checkpoint(path):
-        state = {"model": module.state_dict()}
-        load_distributed(path, state)
-        module.load_state_dict(state["model"])
+        restore(path, module)
     else:
         module.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["state_dict"])

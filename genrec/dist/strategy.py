@@ -21,7 +21,7 @@ from torch import nn
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv
 
-from genrec.dist.checkpoint import load_distributed, save_distributed
+from genrec.dist.checkpoint import restore, save_distributed, training_state
 from genrec.dist.plan import ShardingConfig, build_plan, describe_plan
 
 log = logging.getLogger("genrec.dist")
@@ -98,24 +98,17 @@ class TorchRecStrategy(DDPStrategy):
         if self.is_global_zero and path.exists():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         self.barrier()
-        state = {"model": checkpoint.pop("state_dict")}
-        if self.dmp is not None:
-            state["sparse_optimizer"] = self.dmp.fused_optimizer.state_dict()
-        save_distributed(path, state, checkpoint, self.is_global_zero)
+        save_distributed(path, training_state(checkpoint.pop("state_dict"), self.dmp), checkpoint,
+                         self.is_global_zero)
         self.barrier()
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        assert self.lightning_module is not None and self.dmp is not None
+        """Weights (and, when resuming ``fit``, the fused optimizer's state) into the sharded module; returns the
+        rest of the checkpoint for Lightning (loops, callbacks, the dense optimizer's state)."""
+        assert self.lightning_module is not None
         path = Path(self.broadcast(str(checkpoint_path)))
-        state = {"model": self.lightning_module.state_dict()}
         resuming = self.lightning_module.trainer.state.fn == TrainerFn.FITTING
-        if resuming:
-            state["sparse_optimizer"] = self.dmp.fused_optimizer.state_dict()
-        meta = load_distributed(path, state)
-        self.lightning_module.load_state_dict(state["model"])
-        if resuming:
-            self.dmp.fused_optimizer.load_state_dict(state["sparse_optimizer"])
-        return meta
+        return restore(path, self.lightning_module, self.dmp if resuming else None)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         """Nothing to do: :meth:`load_checkpoint` loaded the weights into the sharded module."""

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from genrec.data.batch import JaggedBatch
 from genrec.dist import ShardingConfig, SparseOptimizerConfig, shard_module
-from genrec.dist.checkpoint import load_distributed, load_weights, save_distributed
+from genrec.dist.checkpoint import load_distributed, load_weights, restore, save_distributed, training_state
 from genrec.embedding import ItemEmbedding
 from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
@@ -78,6 +78,7 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
                 table = task.model.item_embedding.table().clone()
             result[(kind, optimizer)] = {"losses": losses, "table": table, "plan": plan,
                                          "dense": task.model.encoder.blocks[0].ffn[0].weight.detach().clone()}
+        result["resume"] = resume_check(task, model, rank, out_file)
 
         # bad IDs: a clear error naming the feature on every process, before any communication
         task = make_task()
@@ -115,6 +116,34 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
     finally:
         torch.save(result, f"{out_file}.{rank}")
         dist.destroy_process_group()
+
+
+def one_more_step(task: RetrievalTask, model, rank: int) -> torch.Tensor:
+    """Train one step more (fresh dense optimizer) and return the table: the sparse update of that step depends
+    on the fused optimizer's accumulated state."""
+    dense = task.configure_optimizers()
+    model(make_batch(rank_sequences(STEPS, rank))).backward()
+    dense.step()
+    with torch.no_grad():
+        return task.model.item_embedding.table().clone()
+
+
+def resume_check(task: RetrievalTask, model, rank: int, out_file: str) -> dict:
+    """Save weights + fused optimizer state (row-wise), restore them into a table-wise model: one more step must
+    give the same table as one more step on the original; restoring the weights alone must not."""
+    path = out_file + ".resume"
+    save_distributed(path, training_state(task.state_dict(), model), {}, rank == 0)
+    dist.barrier()
+    tables = {}
+    for name, with_optimizer in (("restored", True), ("weights_only", False)):
+        other = make_task()
+        other_model, _ = shard_module(other, ShardingConfig(
+            type="table_wise", optimizer=SparseOptimizerConfig(name="rowwise_adagrad", lr=SPARSE_LR)),
+            torch.device("cpu"), WORLD)
+        restore(path, other, other_model if with_optimizer else None)
+        tables[name] = one_more_step(other, other_model, rank)
+    tables["original"] = one_more_step(task, model, rank)
+    return tables
 
 
 def rowwise_adagrad(weight: torch.Tensor, state: torch.Tensor, lr: float, eps: float = 1e-8) -> None:
@@ -186,6 +215,14 @@ def test_out_of_range_ids_raise_naming_the_feature_on_every_process(results):
     for rank in range(WORLD):
         assert out[rank]["error"].startswith(f"feature 'item': IDs must lie in [0, {NUM_ITEMS + 1})")
         assert out[rank]["hash_equal"]
+
+
+def test_fused_optimizer_state_resumes_under_another_plan(results):
+    out, _ = results
+    for rank in range(WORLD):
+        tables = out[rank]["resume"]
+        assert torch.allclose(tables["restored"], tables["original"], atol=1e-6)
+        assert not torch.allclose(tables["weights_only"], tables["original"], atol=1e-4)
 
 
 def test_distributed_checkpoint_reloads_under_another_plan_and_in_one_process(results):
