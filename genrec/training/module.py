@@ -59,7 +59,7 @@ class RetrievalTask(L.LightningModule):
         loss = self.training_loss(batch)
         # the mean over processes of the rescaled losses is the global batch's mean loss
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch.batch_size,
-                 sync_dist=self.trainer.world_size > 1)
+                 sync_dist=True)
         return loss
 
     def _eval_epoch_start(self) -> None:
