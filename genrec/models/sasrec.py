@@ -77,8 +77,13 @@ class SASRec(SequenceEncoder):
         longest = int((offsets[1:] - offsets[:-1]).max())
         if longest > self.max_len:
             raise ValueError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
-        x = jagged_to_padded(embeddings, offsets, longest)  # (B, L, D)
-        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:longest])
+        return padded_to_jagged(self.forward_padded(jagged_to_padded(embeddings, offsets, longest)), offsets)
+
+    def forward_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L, D)`` right-padded embeddings (oldest item at position 0, ``L <= max_len``) -> ``(B, L, D)``
+        states. Real positions never see the padding after them, so ``L`` may exceed the longest sequence: the
+        export wrapper (genrec/export/tower.py) pads every sequence to ``max_len`` to avoid data-dependent shapes."""
+        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:x.shape[1]])
         for block in self.blocks:
             x = block(x)
-        return padded_to_jagged(self.final_norm(x), offsets)
+        return self.final_norm(x)

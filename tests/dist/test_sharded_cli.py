@@ -23,8 +23,8 @@ LAUNCH_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WO
 
 def _reload_in_one_process(run_dir):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
-    return eval_entry.run(cfg)["metrics"]
+        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=[]"])
+    return eval_entry.run(cfg)["models"]["sasrec"]["metrics"]
 
 
 def _check_run(run_dir, processes: int):
