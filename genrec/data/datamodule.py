@@ -9,9 +9,9 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
 
 from genrec.data.batch import EvalSequences, TrainSequences, collate
-from genrec.data.samplers import EvenShardBatchSampler
 from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
+from genrec.data.samplers import EvenShardBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
 
 

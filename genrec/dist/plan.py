@@ -25,7 +25,7 @@ from torchrec.distributed.sharding_plan import (
     row_wise,
     table_wise,
 )
-from torchrec.distributed.types import EmbeddingModuleShardingPlan, ShardingPlan
+from torchrec.distributed.types import ShardingPlan
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise")
 FUSED = "fused"
@@ -52,10 +52,12 @@ class SparseOptimizerConfig:
     eps: float = 1e-8
     betas: tuple[float, float] = (0.9, 0.999)
 
-    def fused_params(self, device_type: str) -> dict[str, Any]:
-        """FBGEMM keyword arguments of the fused kernel."""
+    def __post_init__(self) -> None:
         if self.name not in SPARSE_OPTIMIZERS:
             raise ValueError(f"sharding.optimizer.name must be one of {sorted(SPARSE_OPTIMIZERS)}, got {self.name!r}")
+
+    def fused_params(self, device_type: str) -> dict[str, Any]:
+        """FBGEMM keyword arguments of the fused kernel."""
         if device_type == "cpu" and self.name not in CPU_SPARSE_OPTIMIZERS:
             raise ValueError(f"sharding.optimizer.name={self.name!r} has no CPU kernel in FBGEMM; on CPU use one of "
                              f"{CPU_SPARSE_OPTIMIZERS}")
@@ -161,8 +163,7 @@ def describe_plan(plan: ShardingPlan, module: nn.Module, optimizer: str, world_s
              for ec in embedding_collections(module).values() for c in ec.embedding_configs()}
     weights, states = [0] * world_size, [0] * world_size
     lines = [f"{'table':<18}{'rows x dim':>14}  {'sharding':<12}{'kernel':<8}shards (rank: rows x cols)"]
-    for path, module_plan in plan.plan.items():
-        assert isinstance(module_plan, EmbeddingModuleShardingPlan)
+    for module_plan in plan.plan.values():
         for table, sharding in module_plan.items():
             shards = []
             for shard in sharding.sharding_spec.shards:

@@ -72,7 +72,6 @@ class EmbeddingTables(nn.Module):
             raise ValueError(f"tables of one EmbeddingTables share one width, got {sorted(dims)}: "
                              "build one EmbeddingTables per width")
         self.dim = dims.pop()
-        self.configs = {t.name: t for t in tables}
         self._table_of = {f: t for t in tables for f in t.features}
         self.collection = EmbeddingCollection(
             tables=[EmbeddingConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.num_embeddings,
