@@ -90,8 +90,15 @@ class TorchRecStrategy(DDPStrategy):
         self.setup_precision_plugin()
 
     def teardown(self) -> None:
+        """Lightning's teardown minus moving the module (and optimizer state) to the CPU: TorchRec's sharded
+        modules keep views of their weights, so the module stays where its shards live for the strategy's life
+        (``fit`` then ``validate``/``test`` reuse it)."""
         self.model = self.lightning_module
-        super().teardown()
+        assert self.cluster_environment is not None and self.accelerator is not None
+        self.cluster_environment.teardown()
+        self.precision_plugin.teardown()
+        self.accelerator.teardown()
+        self.checkpoint_io.teardown()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         path = Path(self.broadcast(str(filepath)))
