@@ -49,12 +49,14 @@ def _label(run: dict) -> str:
 
 def _trailing(label: str, runs: list[dict], baselines: dict) -> str | None:
     """A plain sentence when the model's mean test recall@10 does not beat the best baseline's."""
-    model = statistics.mean(r["metrics"]["test"]["recall@10"] for r in runs)
+    mean = lambda metric: statistics.mean(r["metrics"]["test"][metric] for r in runs)  # noqa: E731
     best_name, best = max(baselines.items(), key=lambda kv: kv[1]["test"]["recall@10"])
-    if model > best["test"]["recall@10"]:
+    if mean("recall@10") > best["test"]["recall@10"]:
         return None
-    return (f"{label} does not beat the {best_name} baseline here (test recall@10 {model:.4f} vs "
-            f"{best['test']['recall@10']:.4f}).")
+    epochs = ", ".join(f"{r['best_epoch'] + 1} of {r['epochs_run']}" for r in runs)
+    return (f"- {label} does not beat the {best_name} baseline on test recall@10 ({mean('recall@10'):.4f} vs "
+            f"{best['test']['recall@10']:.4f}; ndcg@10 {mean('ndcg@10'):.4f} vs {best['test']['ndcg@10']:.4f}). "
+            f"Best validation epoch (1-based) {epochs} epochs run; the run was not tuned.")
 
 
 def training_tables(files: list[dict]) -> list[str]:
@@ -88,7 +90,8 @@ def training_tables(files: list[dict]) -> list[str]:
         trailing = [t for model, model_runs in sorted(by_model.items())
                     if (t := _trailing(model, model_runs, first["baselines"]))]
         commits = sorted({r["commit"] for r in runs})
-        out += ["", *trailing, f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
+        out += ["", *trailing, *([""] if trailing else []),
+                f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
     return out
 
 
