@@ -58,6 +58,7 @@ def format_table(rows: dict[str, dict[str, float]], columns: list[str]) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train, select the best validation checkpoint, test it and write the run folder. Returns metrics.json."""
+    origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
@@ -95,7 +96,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "best_epoch": _best_epoch(csv_logger, monitor),
         "epochs_run": trainer.current_epoch,
         "train_seconds": round(train_seconds, 1),
-        **provenance(),
+        **origin,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json(run_dir / "metrics.json", metrics)
