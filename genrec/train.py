@@ -83,6 +83,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
@@ -125,7 +126,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 1),
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
-        **provenance(),
+        **origin,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json(run_dir / "metrics.json", metrics)

@@ -9,6 +9,7 @@ from genrec.data.datamodule import read_log
 from genrec.data.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
+from genrec.tokenize.cli import build
 from genrec.train import trainer_arguments
 from genrec.training.builders import CONF_DIR
 from tests.shared import SHARED
@@ -23,13 +24,13 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], config: str = "train"):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
+        return compose(config, overrides=overrides)
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment", "index", "sharding"):
+    for group in ("data", "model", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding"):
         assert _options(group), group
 
 
@@ -125,3 +126,18 @@ def test_export_config_composes_with_every_index():
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("export", overrides=["run_dir=/tmp/x"])
     assert set(cfg.indexes) == set(_options("index")) and cfg.default_index in cfg.indexes
+@pytest.mark.parametrize("name", _options("tokenizer"))
+def test_tokenizer_configs_instantiate(name):
+    cfg = _compose([f"tokenizer={name}"], "tokenize")
+    quantizer = build(cfg.tokenizer)
+    assert (quantizer.num_levels, quantizer.codebook_size) == (cfg.tokenizer.num_levels, cfg.tokenizer.codebook_size)
+    assert cfg.tokenizer.name == name
+
+
+@pytest.mark.parametrize("name", _options("encoder"))
+def test_encoder_configs_instantiate(name):
+    cfg = _compose([f"encoder={name}"], "tokenize")
+    for key in OmegaConf.missing_keys(cfg):  # a path the user fills in (run_dir: ???)
+        OmegaConf.update(cfg, key, "placeholder")
+    assert callable(build(cfg.encoder).encode)
+    assert cfg.encoder.name == name
