@@ -36,6 +36,29 @@ def _row(name: str, runs: list[dict], seeds: str, note: str = "") -> str:
     return f"| {name} | " + " | ".join(cells) + f" | {seeds} | {note} |"
 
 
+def _label(run: dict) -> str:
+    """The model name, plus how its tables were trained when sharded (those runs are reported on their own row:
+    a fused sparse optimizer and a per-process batch size make them a different training setup)."""
+    sharding = (run.get("config", {}).get("sharding") or {})
+    if not sharding.get("type"):
+        return run["model"]
+    processes, optimizer = run.get("processes", 1), sharding["optimizer"]
+    return (f"{run['model']} ({sharding['type']} tables, {processes} process{'es' if processes > 1 else ''}, "
+            f"{optimizer['name']} lr {optimizer['lr']:g})")
+
+
+def _trailing(label: str, runs: list[dict], baselines: dict) -> str | None:
+    """A plain sentence when the model's mean test recall@10 does not beat the best baseline's."""
+    mean = lambda metric: statistics.mean(r["metrics"]["test"][metric] for r in runs)  # noqa: E731
+    best_name, best = max(baselines.items(), key=lambda kv: kv[1]["test"]["recall@10"])
+    if mean("recall@10") > best["test"]["recall@10"]:
+        return None
+    epochs = ", ".join(f"{r['best_epoch'] + 1} of {r['epochs_run']}" for r in runs)
+    return (f"- {label} does not beat the {best_name} baseline on test recall@10 ({mean('recall@10'):.4f} vs "
+            f"{best['test']['recall@10']:.4f}; ndcg@10 {mean('ndcg@10'):.4f} vs {best['test']['ndcg@10']:.4f}). "
+            f"Best validation epoch (1-based) {epochs} epochs run; the run was not tuned.")
+
+
 def training_tables(files: list[dict]) -> list[str]:
     """One table per dataset: models (mean ± std over seeds), genrec-measured baselines, published rows."""
     by_dataset = defaultdict(list)
@@ -54,7 +77,7 @@ def training_tables(files: list[dict]) -> list[str]:
                 "|---|" + "---|" * (len(COLUMNS) + 2)]
         by_model = defaultdict(list)
         for r in runs:
-            by_model[r["model"]].append(r)
+            by_model[_label(r)].append(r)
         for model, model_runs in sorted(by_model.items()):
             seeds = ", ".join(str(r["seed"]) for r in model_runs)
             names = ", ".join(sorted(f"`results/{r['name']}.json`" for r in model_runs))
@@ -64,8 +87,11 @@ def training_tables(files: list[dict]) -> list[str]:
             out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", f"`results/{first['name']}.json`"))
         for name, metrics in PUBLISHED.get(dataset, {}).items():
             out.append(_row(f"*{name}*", [metrics], "–", "published, not measured here"))
+        trailing = [t for model, model_runs in sorted(by_model.items())
+                    if (t := _trailing(model, model_runs, first["baselines"]))]
         commits = sorted({r["commit"] for r in runs})
-        out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
+        out += ["", *trailing, *([""] if trailing else []),
+                f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
     return out
 
 

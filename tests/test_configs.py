@@ -7,8 +7,10 @@ from omegaconf import OmegaConf
 
 from genrec.data.datamodule import read_log
 from genrec.data.errors import DataError
+from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.cli import build
+from genrec.train import trainer_arguments
 from genrec.training.builders import CONF_DIR, build_task, is_generative
 from tests.shared import SHARED
 
@@ -18,7 +20,8 @@ USER_SUPPLIED = {"ml1m", "ml20m"}
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """The selectable options of a group (files starting with ``_`` are partials other options include)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 def _compose(overrides: list[str], config: str = "train"):
@@ -27,7 +30,8 @@ def _compose(overrides: list[str], config: str = "train"):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment", "index", "tokenizer", "encoder", "backbone"):
+    for group in ("data", "model", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding",
+                  "backbone"):
         assert _options(group), group
 
 
@@ -73,6 +77,8 @@ def test_generative_models_need_a_matching_sid_table(tmp_path):
     other[3] = "another"
     with pytest.raises(DataError, match="first difference at dense ID 3"):
         build_task(_compose(["model=tiger", f"sid_table={folder}"]), 20, other)
+    with pytest.raises(ValueError, match="sharding=row_wise: model=sid_gpt has no sharded tables"):
+        build_task(_compose(["model=sid_gpt", f"sid_table={folder}", "sharding=row_wise"]), 20, raw)
 
 
 @pytest.mark.parametrize("name", _options("data"))
@@ -114,6 +120,26 @@ def test_trainer_configs_build_a_trainer(name, tmp_path):
     trainer_cfg = OmegaConf.to_container(cfg.trainer)
     trainer_cfg["devices"] = 1
     L.Trainer(**trainer_cfg, default_root_dir=tmp_path, logger=False)
+
+
+@pytest.mark.parametrize("name", _options("sharding"))
+def test_sharding_configs_build_a_plan(name):
+    cfg = _compose([f"sharding={name}", "model.dim=16"])
+    sharding = ShardingConfig.from_config(cfg.sharding)
+    if name == "none":
+        assert not sharding.enabled and trainer_arguments(cfg)["strategy"] == "auto"
+        return
+    assert isinstance(trainer_arguments(cfg)["strategy"], TorchRecStrategy)
+    m = cfg.model
+    model = SequentialRecommender(instantiate(m.embedding, num_items=20), instantiate(m.encoder), m.similarity)
+    plan = build_plan(model, sharding, sharding.sharder("cpu"), 2, 2, "cpu")
+    (table,) = plan.plan["item_embedding.tables.collection"].values()
+    assert table.compute_kernel == "fused" and (name == "planner" or table.sharding_type == name)
+
+
+def test_sharding_with_another_strategy_is_an_error():
+    with pytest.raises(ValueError, match="leave trainer.strategy at auto"):
+        trainer_arguments(_compose(["sharding=row_wise", "trainer.strategy=ddp"]))
 
 
 def test_eval_config_composes():

@@ -72,6 +72,10 @@ class GenerativeRecommender(nn.Module):
         so the shared evaluator ranks exactly the beam's list (MRR is therefore truncated at ``top_k``)."""
         return self.generate(batch).score_matrix(self.num_items + 1)
 
+    def scorer(self) -> "BeamScorer":
+        """:meth:`score_all` that also counts the decoded tuples that are no item (for genrec-eval)."""
+        return BeamScorer(self)
+
     def get_extra_state(self) -> dict[str, Any]:
         return {"sid_table_hash": self.sids.content_hash}
 
@@ -80,3 +84,23 @@ class GenerativeRecommender(nn.Module):
         if saved != self.sids.content_hash:
             raise ValueError(f"sid_table: the checkpoint was trained with SID table {saved}, the configured table is "
                              f"{self.sids.content_hash}; point sid_table at the table the model was trained with")
+
+
+class BeamScorer:
+    """``score_fn(batch) -> (B, num_items + 1)`` of a generative model (its beam's list, as :meth:`score_all`) that
+    also counts the tuples it decoded and how many of them are no item."""
+
+    def __init__(self, model: GenerativeRecommender):
+        self.model, self.decoded, self.invalid = model, 0, 0
+
+    def __call__(self, batch: JaggedBatch) -> torch.Tensor:
+        result = self.model.generate(batch)
+        self.decoded += int(result.found.sum())
+        self.invalid += int(result.invalid.sum())
+        return result.score_matrix(self.model.num_items + 1)
+
+    def pop_invalid_rate(self) -> float:
+        """Share of decoded tuples that were no item since the last call (0 with constrained decoding)."""
+        rate = self.invalid / max(self.decoded, 1)
+        self.decoded = self.invalid = 0
+        return rate

@@ -1,12 +1,14 @@
-"""Next-item losses over user states. Each loss gets the recommender to fetch the item vectors it needs, so
-similarity (dot or cosine) and the item table are defined in one place."""
+"""Next-item losses over user states.
+
+A loss works in two steps so that a training step looks items up once (see ItemEmbedding.forward_with_items):
+``item_ids(positive_ids, num_items)`` names the items whose vectors it needs, the recommender looks them up with
+the input items, and ``forward(queries, positive_ids, item_ids, item_vectors)`` computes the loss. The vectors come
+from the recommender, so the similarity (dot or cosine) used to train is the one used to rank."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from genrec.models.recommender import SequentialRecommender
 
 NEGATIVE_SOURCES = ("uniform", "in_batch", "mixed")
 
@@ -27,18 +29,32 @@ class SampledSoftmaxLoss(nn.Module):
             raise ValueError(f"negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
         self.num_negatives, self.negatives, self.temperature = num_negatives, negatives, temperature
 
-    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, model: SequentialRecommender
-                ) -> torch.Tensor:
-        """``queries (M, D)``, ``positive_ids (M,)`` -> mean loss (scalar)."""
-        pos_logits = (queries * model.item_vectors(positive_ids)).sum(-1, keepdim=True)  # (M, 1)
-        neg_logits = []
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
+        """``(M,)`` positives -> ``(M + R + U,)``: the positives, then ``R`` uniform negatives from
+        ``1..num_items`` and/or the ``U`` distinct positives (in-batch negatives), as configured."""
+        parts = [positive_ids]
         if self.negatives in ("uniform", "mixed"):
-            ids = torch.randint(1, model.num_items + 1, (self.num_negatives,), device=queries.device)
-            logits = queries @ model.item_vectors(ids).T  # (M, R)
+            parts.append(torch.randint(1, num_items + 1, (self.num_negatives,), device=positive_ids.device))
+        if self.negatives in ("in_batch", "mixed"):
+            parts.append(torch.unique(positive_ids))
+        return torch.cat(parts)
+
+    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
+                item_vectors: torch.Tensor) -> torch.Tensor:
+        """``queries (M, D)``, ``positive_ids (M,)``, ``item_ids (C,)`` from :meth:`item_ids` and their
+        ``item_vectors (C, D)`` -> mean loss (scalar)."""
+        m = len(positive_ids)
+        pos_logits = (queries * item_vectors[:m]).sum(-1, keepdim=True)  # (M, 1)
+        neg_logits, start = [], m
+        if self.negatives in ("uniform", "mixed"):
+            ids, vectors = item_ids[start:start + self.num_negatives], item_vectors[start:start + self.num_negatives]
+            start += self.num_negatives
+            logits = queries @ vectors.T  # (M, R)
             neg_logits.append(logits.masked_fill(ids[None, :] == positive_ids[:, None], float("-inf")))
         if self.negatives in ("in_batch", "mixed"):
-            ids, counts = torch.unique(positive_ids, return_counts=True)
-            logits = queries @ model.item_vectors(ids).T - torch.log(counts / len(positive_ids))[None, :]
+            ids, vectors = item_ids[start:], item_vectors[start:]
+            counts = torch.unique(positive_ids, return_counts=True)[1]  # same order as ids
+            logits = queries @ vectors.T - torch.log(counts / m)[None, :]
             neg_logits.append(logits.masked_fill(ids[None, :] == positive_ids[:, None], float("-inf")))
         logits = torch.cat([pos_logits, *neg_logits], dim=1) / self.temperature
         return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
@@ -51,7 +67,13 @@ class FullSoftmaxLoss(nn.Module):
         super().__init__()
         self.temperature = temperature
 
-    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, model: SequentialRecommender
-                ) -> torch.Tensor:
-        logits = queries @ model.all_item_vectors()[1:].T / self.temperature  # (M, num_items): padding left out
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
+        """Every item ``1..num_items`` (padding left out): ``(num_items,)``."""
+        return torch.arange(1, num_items + 1, device=positive_ids.device)
+
+    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
+                item_vectors: torch.Tensor) -> torch.Tensor:
+        """``queries (M, D)``, ``positive_ids (M,)``, ``item_vectors (num_items, D)`` of items ``1..num_items``
+        -> mean loss (scalar)."""
+        logits = queries @ item_vectors.T / self.temperature  # (M, num_items)
         return F.cross_entropy(logits, positive_ids - 1)

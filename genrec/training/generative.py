@@ -5,9 +5,9 @@ from __future__ import annotations
 import lightning as L
 import torch
 from torch import nn
-from torchrec import EmbeddingCollection
 
 from genrec.data.batch import JaggedBatch
+from genrec.embedding import EmbeddingTables
 from genrec.eval.metrics import Evaluator
 from genrec.models.generative import GenerativeRecommender
 
@@ -48,10 +48,19 @@ class GenerativeTask(L.LightningModule):
         self._decoded += int(result.found.sum())
         self._invalid += int(result.invalid.sum())
 
+    def _sum_over_processes(self, totals: torch.Tensor) -> torch.Tensor:
+        return self.trainer.strategy.reduce(totals.to(self.device), reduce_op="sum").cpu()
+
     def _eval_epoch_end(self, prefix: str) -> None:
-        for name, value in self.evaluator.compute().items():
-            self.log(f"{prefix}/{name}", value, prog_bar=name in ("ndcg@10", "recall@10"), sync_dist=True)
-        self.log(f"{prefix}/invalid_rate", self._invalid / max(self._decoded, 1), sync_dist=True)
+        # exact totals over the users of every process (one process: unchanged), as in RetrievalTask
+        self.evaluator.metrics.merge(self._sum_over_processes)
+        decoded, invalid = self._sum_over_processes(torch.tensor([self._decoded, self._invalid],
+                                                                 dtype=torch.float64)).tolist()
+        metrics = {**self.evaluator.compute(), "invalid_rate": invalid / max(decoded, 1.0)}
+        for name, value in metrics.items():
+            # already the value over all processes (identical everywhere): "max" keeps it exact
+            self.log(f"{prefix}/{name}", value, prog_bar=name in ("ndcg@10", "recall@10"), sync_dist=True,
+                     reduce_fx="max")
         self.evaluator.reset()
         self._decoded = self._invalid = 0
 
@@ -68,7 +77,7 @@ class GenerativeTask(L.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        tables = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, EmbeddingCollection))
+        tables = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, EmbeddingTables))
                   for p in m.parameters()}
         decay, no_decay = [], []
         for p in self.model.parameters():

@@ -67,9 +67,10 @@ def test_eval_entry_reproduces_test_metrics(trained):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
     out = eval_entry.run(cfg)
-    got = out["models"][name]["metrics"]["test"]
-    expected = {k: v for k, v in metrics["metrics"]["test"].items() if k != "invalid_rate"}
-    assert got == pytest.approx(expected, abs=1e-6)
+    for split in ("valid", "test"):
+        got = out["models"][name]["metrics"][split]
+        assert got == pytest.approx(metrics["metrics"][split], abs=1e-6)
+        assert got["invalid_rate"] == 0.0
 
 
 def test_missing_sid_table_is_named(sid_table, tmp_path):
