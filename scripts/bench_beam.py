@@ -2,8 +2,10 @@
 
 Decoders, all through the same beam search over the same users, measured in one run:
 
-* ``naive``: no cache (the whole model on every beam's history and prefix at every step) and the allowed next
-  codes found by comparing every beam's prefix with every semantic ID (:class:`BruteForceConstraint`);
+* ``naive``: no cache (TIGER: the encoder once per user, then the whole decoder, cross-attention keys and values
+  included, on every beam's full prefix at every step; decoder-only: the whole stack on every beam's history and
+  prefix at every step) and the allowed next codes found by comparing every beam's prefix with every semantic ID
+  (:class:`BruteForceConstraint`);
 * ``no_cache``: no cache, genrec's tensor prefix trie (what the cache alone buys);
 * ``brute_force``: genrec's KV cache, the brute-force prefix check (what the trie alone buys);
 * ``genrec``: KV cache + prefix trie (the default);
@@ -11,14 +13,16 @@ Decoders, all through the same beam search over the same users, measured in one 
 
 Models: the presets of ``experiment=beauty_tiger`` and ``experiment=beauty_sid_gpt`` with their SID table,
 randomly initialised (decoding cost does not depend on the weights). Users: a seeded random sample of the
-dataset's test users, with their real histories (the most recent ``data.max_len`` items), in batches of
-``--batch-size``; the naive decoders run on the first ``--naive-users`` of them. Every variant's items are checked
-against genrec's (the same decoding, so they must agree).
+dataset's test users, with their real histories (the most recent ``data.max_len`` items), sorted by history
+length (as genrec's evaluation batches them) in batches of ``--batch-size``; every variant decodes the same
+users (after one warm-up batch per model), and its items are compared with genrec's (the constrained variants
+decode the same thing; floating-point ties between cached and uncached scores can reorder items, which
+``same_items_as_genrec`` records).
 
 Usage::
 
     python scripts/bench_beam.py --sid-table runs/tokenize/beauty-rqvae-seed0
-    python scripts/bench_beam.py --sid-table <folder> --models tiger --beams 10 20 50 --users 128
+    python scripts/bench_beam.py --sid-table <folder> --models tiger --beams 10 20 50 --users 64
 
 Prints a table with users/s and the ratios, and writes ``results/bench_beam.json``.
 """
@@ -44,7 +48,6 @@ EXPERIMENTS = {"tiger": "beauty_tiger", "sid_gpt": "beauty_sid_gpt"}
 #: variant -> (use the KV cache, constraint: "trie" | "brute" | None)
 VARIANTS = {"naive": (False, "brute"), "no_cache": (False, "trie"), "brute_force": (True, "brute"),
             "genrec": (True, "trie"), "unconstrained": (True, None)}
-NAIVE = ("naive", "no_cache")
 
 
 def _parse() -> argparse.Namespace:
@@ -52,8 +55,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--sid-table", required=True, help="SID table folder (genrec-tokenize) of the dataset")
     p.add_argument("--models", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
     p.add_argument("--beams", type=int, nargs="+", default=[10, 20, 50])
-    p.add_argument("--users", type=int, default=128, help="test users decoded by the cached variants")
-    p.add_argument("--naive-users", type=int, default=32, help="test users decoded by the uncached variants")
+    p.add_argument("--users", type=int, default=64, help="test users decoded by every variant")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadiest on a shared machine)")
     p.add_argument("--seed", type=int, default=0)
@@ -76,6 +78,7 @@ def _setup(model: str, args: argparse.Namespace):
     task = build_task(cfg, data.num_items, data.item_raw_ids).eval()
     users = np.random.default_rng(args.seed).choice(data.num_users, args.users, replace=False)
     test = EvalSequences(data, cfg.data.max_len, "test")
+    users = users[np.argsort(test.lengths[users], kind="stable")]  # similar lengths together, as genrec evaluates
     batches = [collate([test[int(u)] for u in users[i:i + args.batch_size]])
                for i in range(0, len(users), args.batch_size)]
     return cfg, task, batches
@@ -102,16 +105,15 @@ def main() -> None:
     rows, ratios, settings = [], [], {}
     for model in args.models:
         cfg, task, batches = _setup(model, args)
-        naive_batches = batches[:max(1, args.naive_users // args.batch_size)]
         settings[model] = {"experiment": EXPERIMENTS[model], "max_len": cfg.data.max_len,
                            "codebook_sizes": list(task.model.sids.codebook_sizes), "num_items": task.model.num_items,
                            "mean_history": float(np.mean([float(b.lengths.float().mean()) for b in batches]))}
+        users = sum(b.batch_size for b in batches)
+        _decode(task, batches[:1], args.beams[0], "genrec")  # warm-up
         for beam in args.beams:
             speed, reference = {}, None
             for variant in ("genrec", "unconstrained", "brute_force", "no_cache", "naive"):
-                part = naive_batches if variant in NAIVE else batches
-                wall, cpu, items = _decode(task, part, beam, variant)
-                users = sum(b.batch_size for b in part)
+                wall, cpu, items = _decode(task, batches, beam, variant)
                 if variant == "genrec":
                     reference = items
                 agrees = None if variant == "unconstrained" else all(

@@ -15,6 +15,9 @@ from torch import nn
 from genrec.tokenize.sid_table import SIDTable
 
 PAD_TOKEN, BOS_TOKEN = 0, 1
+#: The layout above in one line (for export manifests).
+TOKEN_LAYOUT = ("0 PAD, 1 BOS, 2 + sum(K_<l) + c: code c of level l, 2 + sum(K) + h: hashed user bucket h "
+                "(h = (dense user ID * 2654435761) mod 2^32 mod user_buckets)")
 _FIRST_CODE_TOKEN = 2
 #: Knuth's multiplicative hash constant: spreads consecutive user IDs over the buckets.
 _USER_HASH = 2654435761

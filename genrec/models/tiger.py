@@ -8,8 +8,9 @@ never candidates), in training and in decoding alike.
 
 Decoding runs the encoder once per user and then the decoder one token at a time with a self-attention KV cache
 per beam; the cross-attention keys and values are computed once per user and shared by that user's beams (no
-copy per beam). ``decoder(batch, use_cache=False)`` is the plain alternative: the whole model on every beam's
-prefix at every step (the reference in tests and the naive decoder in scripts/bench_beam.py).
+copy per beam). ``decoder(batch, use_cache=False)`` is the plain alternative: the encoder once, then the whole
+decoder on every beam's prefix at every step (the reference in tests and the naive decoder in
+scripts/bench_beam.py).
 """
 from __future__ import annotations
 
@@ -88,8 +89,8 @@ class TIGER(GenerativeRecommender):
         return self._target_log_probs(hidden[rows], mask[rows], items.flatten()).sum(1).view(items.shape)
 
     def decoder(self, batch: JaggedBatch, use_cache: bool = True):
-        ids, mask, hidden = self._encode(batch)
-        return _CachedDecoder(self, hidden, mask) if use_cache else _FullDecoder(self, ids, mask)
+        _, mask, hidden = self._encode(batch)
+        return (_CachedDecoder if use_cache else _FullDecoder)(self, hidden, mask)
 
 
 class _CachedDecoder:
@@ -160,21 +161,22 @@ class _CachedDecoder:
 
 
 class _FullDecoder:
-    """No cache: the whole T5 (encoder and decoder) on every beam's history and prefix at every step."""
+    """No cache: the encoder runs once per user, then T5's whole decoder runs on every beam's full prefix at every
+    step (the encoder states are repeated per beam)."""
 
-    def __init__(self, model: TIGER, ids: torch.Tensor, mask: torch.Tensor):
-        self.model, self.ids, self.mask = model, ids, mask
-        self.prefix = torch.full((len(ids), 1), BOS_TOKEN, dtype=torch.int64, device=ids.device)
+    def __init__(self, model: TIGER, hidden: torch.Tensor, mask: torch.Tensor):
+        self.model, self.hidden, self.mask = model, hidden, mask
+        self.prefix = torch.full((len(hidden), 1), BOS_TOKEN, dtype=torch.int64, device=hidden.device)
 
     def _logits(self) -> torch.Tensor:
-        return self.model.t5(input_ids=self.ids, attention_mask=self.mask, decoder_input_ids=self.prefix,
-                             use_cache=False).logits[:, -1]
+        return self.model.t5(encoder_outputs=BaseModelOutput(last_hidden_state=self.hidden), attention_mask=self.mask,
+                             decoder_input_ids=self.prefix, use_cache=False).logits[:, -1]
 
     def start(self) -> torch.Tensor:
         return self.model._level_log_probs(self._logits(), 0)
 
     def select(self, rows: torch.Tensor) -> None:
-        self.ids, self.mask, self.prefix = self.ids[rows], self.mask[rows], self.prefix[rows]
+        self.hidden, self.mask, self.prefix = self.hidden[rows], self.mask[rows], self.prefix[rows]
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
         self.prefix = torch.cat([self.prefix, (codes + self.model.sids.offsets[level])[:, None]], dim=1)

@@ -8,6 +8,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
+from genrec.export import cli as export_cli
+from genrec.export.manifest import validate_manifest
 from genrec import train as train_entry
 from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
@@ -71,6 +73,24 @@ def test_eval_entry_reproduces_test_metrics(trained):
         got = out["models"][name]["metrics"][split]
         assert got == pytest.approx(metrics["metrics"][split], abs=1e-6)
         assert got["invalid_rate"] == 0.0
+
+
+def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):
+    name, run_dir, metrics = trained
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
+    manifest = export_cli.run(cfg)
+    assert validate_manifest(json.loads((tmp_path / "manifest.json").read_text())) == json.loads(json.dumps(manifest))
+    assert manifest["model"] == {"name": name, "kind": "generative", "num_items": metrics["dataset"]["items"],
+                                 "max_len": 10}
+    assert manifest["decoding"] | {"token_layout": None} == {
+        "sid_table": "sid_table", "id_map": "item_ids", "beam": 20, "top_k": 20, "constrained": True,
+        "exclude_history": True, "token_layout": None}
+    files = {entry["file"] for entry in manifest["artifacts"].values()}
+    assert files == {p.name for p in tmp_path.iterdir()} - {"manifest.json"}
+    exported, trained_with = SIDTable.load(tmp_path), SIDTable.load(sid_table)
+    assert exported.content_hash == trained_with.content_hash == manifest["artifacts"]["sid_table"]["content_hash"]
+    assert json.loads((tmp_path / "item_ids.json").read_text())[1:] == list(trained_with.item_raw_ids[1:])
 
 
 def test_missing_sid_table_is_named(sid_table, tmp_path):
