@@ -127,6 +127,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
         "best_epoch": _best_epoch(csv_logger, monitor),
         "epochs_run": trainer.current_epoch,
+        "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
