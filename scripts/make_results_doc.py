@@ -1,5 +1,6 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
-training runs (genrec-train results_name=...) and export checks (scripts/check_export.py).
+training runs (genrec-train results_name=...; generative models over semantic IDs included), export checks
+(scripts/check_export.py), tokenizer runs (genrec-tokenize) and the beam-search benchmark (scripts/bench_beam.py).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -38,7 +39,12 @@ def _row(name: str, runs: list[dict], seeds: str, note: str = "") -> str:
 
 def _label(run: dict) -> str:
     """The model name, plus how its tables were trained when sharded (those runs are reported on their own row:
-    a fused sparse optimizer and a per-process batch size make them a different training setup)."""
+    a fused sparse optimizer and a per-process batch size make them a different training setup), or for a
+    generative model the semantic IDs it generates and its beam."""
+    if "sid_table" in run:
+        sizes = "x".join(str(k) for k in run["sid_table"]["codebook_sizes"])
+        tokenizer = run["sid_table"]["tokenizer"].get("tokenizer", {}).get("name", "?")
+        return f"{run['model']} ({tokenizer} semantic IDs {sizes}, beam {run['decoding']['beam']})"
     sharding = (run.get("config", {}).get("sharding") or {})
     if not sharding.get("type"):
         return run["model"]
@@ -89,10 +95,56 @@ def training_tables(files: list[dict]) -> list[str]:
             out.append(_row(f"*{name}*", [metrics], "–", "published, not measured here"))
         trailing = [t for model, model_runs in sorted(by_model.items())
                     if (t := _trailing(model, model_runs, first["baselines"]))]
+        generative = _generative_notes([r for r in runs if "sid_table" in r], files, PUBLISHED.get(dataset, {}))
         commits = sorted({r["commit"] for r in runs})
-        out += ["", *trailing, *([""] if trailing else []),
+        out += ["", *trailing, *([""] if trailing else []), *generative,
                 f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
     return out
+
+
+#: Training length of the published generative models, for the notes (TIGER paper: 200k steps of batch 256).
+PUBLISHED_STEPS = {"tiger": ("TIGER (TIGER paper)", 200_000, 256)}
+
+
+def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> list[str]:
+    """What a generative run's numbers rest on: the SID table (and the tokenizer result that made it), decoding,
+    invalid IDs, how long it trained, and how it compares with the published model."""
+    if not runs:
+        return []
+    tables = {f["sid_table"]["content_hash"]: f["name"] for f in files if f.get("kind") == "tokenize"}
+    out = ["Generative models (semantic IDs):", ""]
+    for r in sorted(runs, key=lambda r: r["name"]):
+        sid, dec, test = r["sid_table"], r["decoding"], r["metrics"]["test"]
+        made_by = (f"the table of `results/{tables[sid['content_hash']]}.json`" if sid["content_hash"] in tables
+                   else "a table with no tokenizer result in results/")
+        trainer = r["config"]["trainer"]
+        stop = (f"stopped by `trainer.max_time={trainer['max_time']}`" if trainer.get("max_time") else
+                f"at most {trainer['max_epochs']} epochs")
+        batch = r["config"]["data"]["batch_size"]
+        steps = r.get("steps_run")
+        line = (f"- `results/{r['name']}.json` ({r['model']}): SID table `{sid['content_hash']}` ({made_by}, "
+                f"codebooks {' x '.join(str(k) for k in sid['codebook_sizes'])}); beam {dec['beam']}, "
+                f"top-{dec['top_k']}, "
+                f"{'constrained by the prefix trie' if dec['constrained'] else 'unconstrained'}; invalid IDs among "
+                f"the decoded test lists: {test['invalid_rate']:.2%}. Trained {r['train_seconds'] / 60:.0f} min on "
+                f"CPU ({stop}): {steps if steps is not None else '?'} steps of batch {batch}, best validation "
+                f"epoch {r['best_epoch'] + 1}. {dec['ranking'][0].upper() + dec['ranking'][1:]}.")
+        if r["model"] in PUBLISHED_STEPS and PUBLISHED_STEPS[r["model"]][0] in published:
+            name, paper_steps, paper_batch = PUBLISHED_STEPS[r["model"]]
+            paper = published[name]
+            gaps = ", ".join(f"{m} {test[m]:.4f} vs {paper[m]:.4f}" for m in paper)
+            below = [m for m in paper if test[m] < paper[m]]
+            if below:
+                line += (f" **Below the paper** ({gaps}): this run trained {steps or '?'} steps of batch {batch}, "
+                         f"the paper {paper_steps:,} steps of batch {paper_batch} (about "
+                         f"{paper_steps * paper_batch / max((steps or 1) * batch, 1):.0f}x the examples), on a "
+                         "2-core CPU shared with other runs; its semantic IDs come from a 384-d MiniLM text "
+                         "encoder (the paper: 768-d Sentence-T5). Training to the paper's length is what we "
+                         "expect to close the gap (not measured here).")
+            else:
+                line += f" At or above the paper ({gaps})."
+        out.append(line)
+    return out + [""]
 
 
 def _settings(params: dict) -> str:
@@ -189,6 +241,42 @@ def tokenizer_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def bench_beam_tables(files: list[dict]) -> list[str]:
+    """The beam-search benchmark (scripts/bench_beam.py): users/s per decoder and the ratios of one run."""
+    out = []
+    for r in files:
+        if r.get("kind") != "bench_beam":
+            continue
+        variants = list(dict.fromkeys(x["variant"] for x in r["rows"]))
+        speed = {(x["model"], x["beam"], x["variant"]): x for x in r["rows"]}
+        env = r["environment"]
+        out += ["## Beam search speed", "",
+                f"`results/{r['name']}.json` (`scripts/bench_beam.py`, commit `{r['commit'][:12]}`): users/s decoding "
+                f"{r['rows'][0]['users']} {r['dataset']} test users (real histories, batches of "
+                f"{r['args']['batch_size']}, top-k = beam) on {r['args']['threads']} CPU thread(s) of a shared "
+                f"machine (torch {env['torch']}); randomly initialised models of the Beauty presets over the SID table "
+                f"`{r['sid_table']}`. `naive`: no KV cache and the allowed codes found by comparing every beam's "
+                "prefix with every semantic ID; `no_cache` / `brute_force`: one of the two; `genrec`: KV cache + "
+                "tensor prefix trie; `unconstrained`: KV cache, no constraint.", "",
+                "| model | beam | " + " | ".join(variants) + " | genrec / naive | cache alone | trie alone "
+                "| constrained / unconstrained |",
+                "|---|---|" + "---|" * (len(variants) + 4)]
+        for q in r["ratios"]:
+            cells = [f"{speed[(q['model'], q['beam'], v)]['users_per_s']:.1f}" for v in variants]
+            out.append(f"| {q['model']} | {q['beam']} | " + " | ".join(cells) + f" | {q['genrec_vs_naive']:.1f}x | "
+                       f"{q['cache_alone']:.1f}x | {q['trie_alone']:.1f}x | {q['constrained_vs_unconstrained']:.2f}x |")
+        at20 = [q for q in r["ratios"] if q["beam"] == 20]
+        if at20:
+            met = ", ".join(f"{q['model']} {q['genrec_vs_naive']:.1f}x "
+                            f"({'met' if q['genrec_vs_naive'] >= 10 else 'NOT met'})" for q in at20)
+            out += ["", f"Goal: genrec ≥ 10x the naive decoder at beam 20: {met}."]
+        differ = [f"{x['model']} beam {x['beam']} {x['variant']}" for x in r["rows"]
+                  if x["same_items_as_genrec"] is False]
+        out += ["", "Every constrained variant returned the same items as genrec's decoder"
+                + (f", except {', '.join(differ)} (ties between cached and uncached scores)." if differ else "."), ""]
+    return out
+
+
 def main() -> None:
     files = [json.loads(p.read_text()) | {"name": p.stem} for p in sorted(RESULTS.glob("*.json"))]
     lines = ["# Results", "", "Generated by `scripts/make_results_doc.py` from `results/*.json`; do not edit by hand.",
@@ -197,6 +285,7 @@ def main() -> None:
     lines += training_tables(files)
     lines += export_tables(files)
     lines += tokenizer_tables(files)
+    lines += bench_beam_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

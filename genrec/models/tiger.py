@@ -119,8 +119,9 @@ class _CachedDecoder:
         """``(R, T, H * d_kv)`` -> ``(R, H, T, d_kv)``."""
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_kv).transpose(1, 2)
 
-    def _run(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Feed one token per row ``tokens (R,)`` -> ``(R, V)`` logits of the next token."""
+    def _run(self, tokens: torch.Tensor, level: int) -> torch.Tensor:
+        """Feed one token per row ``tokens (R,)`` -> ``(R, K_level)`` log-probabilities of the next token, a code
+        of ``level`` (the output layer is applied to that level's rows only)."""
         rows = len(tokens)
         width = rows // self.batch
         x = self.t5.decoder.embed_tokens(tokens)[:, None, :]  # (R, 1, D)
@@ -145,19 +146,20 @@ class _CachedDecoder:
             x = x + layer.DenseReluDense(layer.layer_norm(x))
         x = self.t5.decoder.final_layer_norm(x[:, 0])
         self.length += 1
-        return self.t5.lm_head(x * self.t5.config.d_model ** -0.5 if self.scale else x)
+        x = x * self.t5.config.d_model ** -0.5 if self.scale else x
+        logits = x @ self.t5.lm_head.weight[self.model.sids.level_slice(level)].T
+        return F.log_softmax(logits.float(), dim=-1)
 
     def start(self) -> torch.Tensor:
         bos = torch.full((self.batch,), BOS_TOKEN, dtype=torch.int64, device=self.cross_bias.device)
-        return self.model._level_log_probs(self._run(bos), 0)
+        return self._run(bos, 0)
 
     def select(self, rows: torch.Tensor) -> None:
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
-        logits = self._run(codes + self.model.sids.offsets[level])
-        return self.model._level_log_probs(logits, level + 1)
+        return self._run(codes + self.model.sids.offsets[level], level + 1)
 
 
 class _FullDecoder:

@@ -58,7 +58,8 @@ def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None 
         # built by a partial: Hydra would turn the SIDTable dataclass into a config node
         return GenerativeTask(instantiate(m.generator, _partial_=True)(**parts), lr=cfg.optim.lr,
                               weight_decay=cfg.optim.weight_decay, betas=tuple(cfg.optim.betas),
-                              warmup_steps=cfg.optim.get("warmup_steps", 0), ks=tuple(cfg.eval.ks), exclude_history=cfg.eval.exclude_history)
+                              warmup_steps=cfg.optim.get("warmup_steps", 0), ks=tuple(cfg.eval.ks),
+                              exclude_history=cfg.eval.exclude_history)
     model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
                                   similarity=m.similarity)
     return RetrievalTask(model, instantiate(m.loss), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
