@@ -6,7 +6,7 @@ or -1 when no item has that prefix. On the last level the entry is the dense ite
 A decoding step is then two gathers: ``children[l][nodes]`` gives every beam's allowed codes as a mask and
 ``children[l][nodes, codes]`` its next node, with no Python loop over beams or dictionary walk.
 
-Memory: ``sum_l n_l * K_l`` int32 entries, e.g. about 3.5M (14 MB) for Amazon Beauty's 12,101 items with codebooks
+Memory: ``sum_l n_l * K_l`` int32 entries, e.g. 2.56M (10 MB) for Amazon Beauty's 12,101 items with codebooks
 256 x 256 x 256 x 12.
 """
 from __future__ import annotations
