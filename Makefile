@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-slow results clean
+.PHONY: setup run demo test test-slow results clean
 
 setup: $(VENV)/.installed
 
@@ -14,6 +14,20 @@ $(VENV)/.installed: pyproject.toml scripts/install.sh
 # The main job on the embedded default (synthetic data, no download): train SASRec, print test metrics + baselines.
 run: setup
 	$(BIN)/genrec-train
+
+# The flagship pipeline on the embedded default, one stage per line (semantic IDs and generative models join as
+# lines of their own): data + model (genrec-train) -> evaluation (genrec-eval) -> export (genrec-export) ->
+# parity check of the export (results/export_synthetic.json) -> a query served from the exported files alone.
+DEMO_RUN ?= runs/demo
+DEMO_TRAIN_ARGS ?=
+demo: setup
+	rm -rf $(DEMO_RUN)
+	$(BIN)/python -m genrec.train hydra.run.dir=$(DEMO_RUN) $(DEMO_TRAIN_ARGS)
+	$(BIN)/python -m genrec.evaluate run_dir=$(DEMO_RUN)
+	$(BIN)/python -m genrec.export run_dir=$(DEMO_RUN)
+	$(BIN)/python scripts/check_export.py $(DEMO_RUN)/export
+	$(BIN)/python scripts/retrieval_example.py $(DEMO_RUN)/export --history $$($(BIN)/python -c \
+	    "import json; print(*json.load(open('$(DEMO_RUN)/export/item_ids.json'))[1:6])")
 
 # The default test suite (fast; multi-process and slow tests are marked and run by `make test-slow`).
 test: setup

@@ -26,7 +26,7 @@ def _compose(overrides: list[str]):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment"):
+    for group in ("data", "model", "trainer", "experiment", "index"):
         assert _options(group), group
 
 
@@ -84,3 +84,21 @@ def test_eval_config_composes():
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("eval", overrides=["run_dir=/tmp/x"])
     assert cfg.checkpoint == "best"
+
+
+@pytest.mark.parametrize("name", _options("index"))
+def test_index_configs_build_an_index(name):
+    import numpy as np
+
+    from genrec.export.index import build_index
+
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "index" / f"{name}.yaml"))
+    vectors = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
+    index, info = build_index(vectors, np.arange(1, 301), cfg)
+    assert index.ntotal == 300 and info["type"] == cfg["type"]
+
+
+def test_export_config_composes_with_every_index():
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("export", overrides=["run_dir=/tmp/x"])
+    assert set(cfg.indexes) == set(_options("index")) and cfg.default_index in cfg.indexes

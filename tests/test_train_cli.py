@@ -43,9 +43,9 @@ def test_eval_entry_reproduces_test_metrics(trained):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
     out = eval_entry.run(cfg)
-    assert out["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
-    assert out["metrics"]["valid"] == pytest.approx(metrics["metrics"]["valid"], abs=1e-6)
-    assert (run_dir / "eval.json").exists()
+    assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
+    assert out["models"]["sasrec"]["metrics"]["valid"] == pytest.approx(metrics["metrics"]["valid"], abs=1e-6)
+    assert (run_dir / "eval" / "metrics.json").exists() and (run_dir / "eval" / "evaluation.png").exists()
 
 
 def test_cli_reports_bad_data_in_one_line(tmp_path):
@@ -57,3 +57,12 @@ def test_cli_reports_bad_data_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "genrec-train: error:" in proc.stderr and str(bad) in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_same_seed_same_metrics(trained, tmp_path):
+    _, metrics = trained
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"])
+    again = train_entry.run(cfg, tmp_path / "run")
+    assert again["metrics"]["test"] == metrics["metrics"]["test"]
+    assert again["baselines"] == metrics["baselines"]

@@ -29,8 +29,8 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        """``(B, L, D)`` right-padded, ``offsets (B + 1,)`` -> ``(B, L, D)``."""
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
+        """``(B, L, D)`` right-padded, ``offsets (B + 1,)`` or ``None`` (every row full) -> ``(B, L, D)``."""
         b, l, d = x.shape
         q, k, v = self.qkv(x).view(b, l, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
         attend = resolve("softmax", self.attention, q).fn
@@ -47,7 +47,7 @@ class SASRecBlock(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor | None) -> torch.Tensor:
         x = x + self.drop(self.attn(self.norm1(x), offsets))
         return x + self.drop(self.ffn(self.norm2(x)))
 
@@ -84,8 +84,15 @@ class SASRec(SequenceEncoder):
         longest = int((offsets[1:] - offsets[:-1]).max())
         if longest > self.max_len:
             raise ValueError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
-        x = jagged_to_padded(embeddings, offsets, longest)  # (B, L, D)
-        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:longest])
+        return padded_to_jagged(self.forward_padded(jagged_to_padded(embeddings, offsets, longest), offsets), offsets)
+
+    def forward_padded(self, x: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, L, D)`` right-padded embeddings (oldest item at position 0, ``L <= max_len``) -> ``(B, L, D)``
+        states. Real positions never see the padding after them, so ``L`` may exceed the longest sequence: the
+        export wrapper (genrec/export/tower.py) pads every sequence to ``max_len`` to avoid data-dependent shapes.
+        ``offsets (B + 1,)`` give the real lengths to attention implementations that use them (flash-attn's
+        varlen kernel); without them every row counts as full, which gives real positions the same result."""
+        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:x.shape[1]])
         for block in self.blocks:
             x = block(x, offsets)
-        return padded_to_jagged(self.final_norm(x), offsets)
+        return self.final_norm(x)

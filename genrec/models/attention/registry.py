@@ -3,8 +3,8 @@
 Families and their call signatures:
 
 * ``"softmax"`` (SASRec) — ``fn(q, k, v, offsets, dropout_p) -> out``: causal softmax attention over right-padded
-  ``(B, H, L, d)`` tensors whose sequence ``b`` is ``offsets[b + 1] - offsets[b]`` long; ``out`` is ``(B, H, L, d)``
-  (values at padded query positions are unspecified).
+  ``(B, H, L, d)`` tensors whose sequence ``b`` is ``offsets[b + 1] - offsets[b]`` long (``offsets=None``: every
+  row is ``L`` long); ``out`` is ``(B, H, L, d)`` (values at padded query positions are unspecified).
 * ``"hstu"`` (HSTU) — ``fn(q, k, v, layout, bias, scale) -> out``: pointwise causal attention over jagged
   ``q, k (N, H, d_qk)``, ``v (N, H, d_v)``; ``layout`` a :class:`~genrec.models.jagged.JaggedLayout`, ``bias`` a
   :class:`~genrec.models.attention.hstu.RelativeBias` or ``None``, ``scale (B,)``; ``out`` is ``(N, H, d_v)``.

@@ -35,6 +35,8 @@ def flash_varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, of
     from flash_attn import flash_attn_varlen_func
 
     b, h, length, d = q.shape
+    if offsets is None:  # every row full length
+        offsets = torch.arange(b + 1, device=q.device) * length
     row, col = jagged_index(offsets)
     jagged = [t.transpose(1, 2)[row, col] for t in (q, k, v)]  # (N, H, d) each
     cu_seqlens = offsets.to(torch.int32)

@@ -1,0 +1,210 @@
+"""Export a trained run for serving: ``genrec-export run_dir=runs/<...>`` or ``python -m genrec.export``.
+
+Writes ``<run_dir>/export/`` (or ``out_dir``):
+
+* ``item_ids.json`` — dense item ID -> raw item ID (entry 0 is the padding slot, ``null``).
+* ``item_vectors.npy`` — ``(num_items, D)`` float32 scoring-side item vectors (row ``r`` = dense ID ``r + 1``).
+* ``index_<name>.faiss`` — one faiss index per entry of ``indexes`` (conf/index/), labels = dense item IDs.
+* ``user_tower.pt2`` — the query encoder through ``torch.export`` (and ``user_tower.onnx`` when onnx and
+  onnxscript are installed), checked against the in-framework encoder on every test user.
+* ``manifest.json`` — every artifact with checksum, dimensions, normalisation, ID map and versions
+  (genrec/export/manifest.py); written last, so a folder without it is an unfinished export.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import genrec
+from genrec.data.errors import DataError
+from genrec.evaluate import load_run
+from genrec.export.index import build_index, exact_top_k, recall_at_k
+from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, sha256, write_manifest
+from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tower
+from genrec.training.builders import CONF_DIR
+from genrec.utils.provenance import git_commit
+
+log = logging.getLogger("genrec.export")
+
+
+class ParityError(ValueError):
+    """The exported tower does not reproduce the in-framework query vectors."""
+
+
+@torch.no_grad()
+def tower_parity(run_tower, batches, reference, atol: float, rtol: float) -> dict[str, Any]:
+    """Run ``run_tower(ids, offsets) -> (B, D)`` on every test user's whole history (``batch.seen_ids``, not
+    truncated: the tower truncates) and compare with the in-framework query vectors ``reference`` (one ``(B, D)``
+    per batch) by ``torch.allclose``. Returns the figures for the manifest."""
+    worst, users, ok = 0.0, 0, True
+    for batch, expected in zip(batches, reference):
+        got = torch.as_tensor(np.asarray(run_tower(batch.seen_ids, batch.seen_offsets)))
+        worst = max(worst, float((got - expected).abs().max()))
+        ok &= bool(torch.allclose(got, expected, atol=atol, rtol=rtol))
+        users += len(expected)
+    return {"users": users, "max_abs_diff": worst, "atol": atol, "rtol": rtol, "passed": ok}
+
+
+def _onnx_runner(path: Path):
+    """An onnxruntime session as ``f(ids, offsets) -> (B, D)``, or ``None`` when onnxruntime is missing."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return lambda ids, offsets: session.run(None, {"item_ids": ids.numpy(), "offsets": offsets.numpy()})[0]
+
+
+def _versions() -> dict[str, str]:
+    out = {"genrec": genrec.__version__, "commit": git_commit(), "python": platform.python_version(),
+           "torch": torch.__version__, "faiss": faiss.__version__, "numpy": np.__version__}
+    try:
+        import onnx
+
+        out["onnx"] = onnx.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def _raw_id(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check(parity: dict[str, Any], path: Path, cfg: DictConfig) -> None:
+    if not parity["passed"]:
+        raise ParityError(f"{path}: exported tower differs from the in-framework encoder on test users: max |diff| "
+                          f"= {parity['max_abs_diff']:.3g} (parity.atol={cfg.parity.atol}, "
+                          f"parity.rtol={cfg.parity.rtol})")
+
+
+def _export_towers(tower: UserTower, num_items: int, out_dir: Path, batches, reference, cfg: DictConfig
+                   ) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Write ``user_tower.pt2`` (and ``user_tower.onnx`` when possible), each reloaded from disk and checked
+    against ``reference``. Returns (manifest entries, why ONNX was skipped or None)."""
+    output = {"name": "query", "shape": ["B", tower.item_table.shape[1]], "dtype": "float32",
+              "meaning": "user vectors; score = inner product with item_vectors"
+                         + (" (both sides L2-normalised)" if tower.cosine else "")}
+    fields = {"inputs": TOWER_INPUTS, "output": output, "max_len": tower.max_len,
+              "truncation": f"keeps each user's most recent {tower.max_len} items, as genrec's evaluation does"}
+    path = out_dir / "user_tower.pt2"
+    torch.export.save(export_tower(tower, num_items), path)
+    parity = tower_parity(torch.export.load(path).module(), batches, reference, cfg.parity.atol, cfg.parity.rtol)
+    _check(parity, path, cfg)
+    entries = {"user_tower": artifact_entry(out_dir, path.name, "torch_export", parity=parity, **fields)}
+    if not cfg.onnx:
+        return entries, "onnx=false in the export config"
+    path = out_dir / "user_tower.onnx"
+    reason = export_onnx(tower, num_items, path)
+    if reason:
+        return entries, reason
+    runner = _onnx_runner(path)
+    if runner is None:
+        parity = {"skipped": "onnxruntime is not installed: ONNX parity not checked"}
+    else:
+        parity = tower_parity(runner, batches, reference, cfg.parity.atol, cfg.parity.rtol)
+        _check(parity, path, cfg)
+    entries["user_tower_onnx"] = artifact_entry(out_dir, path.name, "onnx", parity=parity, **fields)
+    return entries, None
+
+
+def _export_indexes(vectors: np.ndarray, queries: np.ndarray, out_dir: Path, cfg: DictConfig
+                    ) -> dict[str, dict[str, Any]]:
+    """Write ``index_<name>.faiss`` for every entry of ``cfg.indexes`` over ``vectors (num_items, D)``; each one's
+    recall@10 against exact search is measured on ``queries (num_users, D)``. Returns the manifest entries."""
+    ids = np.arange(1, len(vectors) + 1, dtype=np.int64)
+    exact = exact_top_k(queries, vectors, ids, 10)  # (num_users, 10) dense IDs
+    entries = {}
+    for name, index_cfg in cfg.indexes.items():
+        index, params = build_index(vectors, ids, OmegaConf.to_container(index_cfg, resolve=True))
+        file = f"index_{name}.faiss"
+        faiss.write_index(index, str(out_dir / file))
+        recall = recall_at_k(index.search(queries, 10)[1], exact)
+        kind, metric, built_on = params.pop("type"), params.pop("metric"), params.pop("built_on")
+        entries[f"index_{name}"] = artifact_entry(
+            out_dir, file, "faiss_index", type=kind, metric=metric, dim=int(index.d), ntotal=int(index.ntotal),
+            labels="dense item IDs (1..num_items); map to raw IDs with the id_map", built_on=built_on,
+            params=params, recall_at_10_vs_exact=recall)
+        log.info("index %s: recall@10 vs exact search on %d test users = %.4f", name, len(queries), recall)
+    return entries
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Export the run ``cfg.run_dir`` as configured; returns the manifest."""
+    if cfg.default_index not in cfg.indexes:
+        raise ValueError(f"default_index={cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
+    run_dir = Path(cfg.run_dir)
+    train_cfg, datamodule, task = load_run(run_dir, cfg.checkpoint)
+    model, data = task.model, datamodule.data
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dir / "export"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)  # a folder without a manifest is an unfinished export
+    started = time.time()
+    artifacts: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+
+    (out_dir / "item_ids.json").write_text(json.dumps([None] + [_raw_id(r) for r in data.item_raw_ids[1:]]))
+    artifacts["item_ids"] = artifact_entry(out_dir, "item_ids.json", "id_map", entries=data.num_items + 1, pad_id=0)
+
+    with torch.no_grad():
+        vectors = model.all_item_vectors()[1:].detach().float().contiguous().numpy()  # (num_items, D)
+    np.save(out_dir / "item_vectors.npy", vectors)
+    artifacts["item_vectors"] = artifact_entry(out_dir, "item_vectors.npy", "item_vectors",
+                                               shape=list(vectors.shape), dtype="float32", first_id=1)
+
+    batches = list(datamodule.test_dataloader())
+    with torch.no_grad():
+        reference = [model.user_embeddings(batch) for batch in batches]
+    towers, reason = _export_towers(UserTower(model), data.num_items, out_dir, batches, reference, cfg)
+    artifacts.update(towers)
+    if reason:
+        skipped["user_tower_onnx"] = reason
+
+    indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
+    artifacts.update(indexes)
+
+    ckpt = run_dir / "checkpoints" / f"{cfg.checkpoint}.ckpt"
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": {"name": train_cfg.model.name, "kind": "retrieval", "similarity": model.similarity,
+                  "normalised": model.similarity == "cosine", "dim": int(vectors.shape[1]),
+                  "num_items": data.num_items, "max_len": towers["user_tower"]["max_len"]},
+        "source": {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha256(ckpt),
+                   "dataset": data.summary(), "seed": train_cfg.seed},
+        "artifacts": artifacts,
+        "retrieval": {"query_encoder": "user_tower", "indexes": list(indexes),
+                      "default_index": f"index_{cfg.default_index}", "id_map": "item_ids",
+                      "exclude_history": bool(train_cfg.eval.exclude_history)},
+        "skipped": skipped,
+        "versions": _versions(),
+        "export_seconds": round(time.time() - started, 1),
+    }
+    write_manifest(out_dir, manifest)
+    lines = [f"  {name:<18} {a['file']:<20} " + (f"recall@10 vs exact {a['recall_at_10_vs_exact']:.4f}"
+                                                if a["kind"] == "faiss_index" else
+                                                f"parity max |diff| {a['parity']['max_abs_diff']:.2g}"
+                                                if "max_abs_diff" in a.get("parity", {}) else "")
+             for name, a in artifacts.items()]
+    print(f"Exported {run_dir} ({data.num_items} items, dim {vectors.shape[1]}, {model.similarity}) to "
+          f"{out_dir}:\n" + "\n".join(lines) + "".join(f"\n  skipped {k}: {v}" for k, v in skipped.items()))
+    return manifest
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (DataError, ValueError) as err:  # ParityError and config errors included
+        print(f"genrec-export: error: {err}", file=sys.stderr)
+        sys.exit(2)

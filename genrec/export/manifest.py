@@ -1,0 +1,115 @@
+"""The export manifest (``manifest.json``): what a serving team needs to load and trust the exported files.
+
+Layout (``format_version`` 1)::
+
+    format, format_version, created
+    model:     name, kind ("retrieval"), similarity ("dot" | "cosine"), normalised, dim, num_items, max_len
+    source:    run_dir, checkpoint, checkpoint_sha256, dataset (summary), seed
+    artifacts: {name: {file, kind, sha256, bytes, ...kind-specific keys}}
+    retrieval: query_encoder (artifact name), indexes (artifact names), default_index, id_map, exclude_history
+    skipped:   {artifact name: reason} for artifacts that could not be written here (e.g. ONNX without onnx)
+    versions:  genrec, commit, python, torch, faiss, numpy (+ onnx when written)
+
+Artifact kinds and their own keys:
+
+* ``id_map`` — ``entries`` (``num_items + 1``), ``pad_id`` (0): a JSON list, entry ``i`` = raw ID of dense ID ``i``.
+* ``item_vectors`` — ``shape`` ``[num_items, dim]``, ``dtype``, ``first_id`` (row ``r`` is dense ID ``first_id + r``).
+* ``torch_export`` / ``onnx`` — ``inputs``, ``output``, ``parity`` (the check against the in-framework encoder).
+* ``faiss_index`` — ``type``, ``metric``, ``dim``, ``ntotal``, ``params``, ``recall_at_10_vs_exact``.
+
+Generative models add their own kinds (for example the semantic-ID table) and a ``decoding`` section beside
+``retrieval``, under ``model.kind = "generative"``; a reader checks ``model.kind`` before anything else.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+FORMAT, FORMAT_VERSION = "genrec-export", 1
+MANIFEST_FILE = "manifest.json"
+
+#: Required keys of each section, with their JSON types.
+TOP_LEVEL = {"format": str, "format_version": int, "created": str, "model": dict, "source": dict,
+             "artifacts": dict, "retrieval": dict, "skipped": dict, "versions": dict}
+MODEL = {"name": str, "kind": str, "similarity": str, "normalised": bool, "dim": int, "num_items": int,
+         "max_len": int}
+SOURCE = {"run_dir": str, "checkpoint": str, "checkpoint_sha256": str, "dataset": dict}
+RETRIEVAL = {"query_encoder": str, "indexes": list, "default_index": str, "id_map": str, "exclude_history": bool}
+VERSIONS = {"genrec": str, "commit": str, "python": str, "torch": str, "faiss": str, "numpy": str}
+ARTIFACT = {"file": str, "kind": str, "sha256": str, "bytes": int}
+ARTIFACT_KINDS = {
+    "id_map": {"entries": int, "pad_id": int},
+    "item_vectors": {"shape": list, "dtype": str, "first_id": int},
+    "torch_export": {"inputs": list, "output": dict, "parity": dict},
+    "onnx": {"inputs": list, "output": dict, "parity": dict},
+    "faiss_index": {"type": str, "metric": str, "dim": int, "ntotal": int, "params": dict,
+                    "recall_at_10_vs_exact": float},
+}
+
+
+class ManifestError(ValueError):
+    """A manifest that does not follow the layout above; the message names the file and the key."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def artifact_entry(out_dir: Path, file: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """The manifest entry of ``out_dir / file``: its checksum and size plus the kind's own ``fields``."""
+    path = out_dir / file
+    return {"file": file, "kind": kind, "sha256": sha256(path), "bytes": path.stat().st_size, **fields}
+
+
+def _check_section(section: dict, required: dict[str, type], where: str, source: str) -> None:
+    for key, kind in required.items():
+        if key not in section:
+            raise ManifestError(f"{source}: {where} lacks the key {key!r}")
+        value = section[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else (
+            isinstance(value, kind) and not (kind is int and isinstance(value, bool)))
+        if not ok:
+            raise ManifestError(f"{source}: {where}.{key} should be {kind.__name__}, got {type(value).__name__} "
+                                f"{value!r}")
+
+
+def validate_manifest(manifest: dict[str, Any], source: str = MANIFEST_FILE) -> dict[str, Any]:
+    """Check ``manifest`` against the layout above; raise :class:`ManifestError` naming ``source`` and the key."""
+    _check_section(manifest, TOP_LEVEL, "manifest", source)
+    if manifest["format"] != FORMAT or manifest["format_version"] != FORMAT_VERSION:
+        raise ManifestError(f"{source}: format {manifest['format']!r} version {manifest['format_version']} is not "
+                            f"{FORMAT!r} version {FORMAT_VERSION}")
+    for name, required in (("model", MODEL), ("source", SOURCE), ("versions", VERSIONS)):
+        _check_section(manifest[name], required, name, source)
+    if manifest["model"]["kind"] != "retrieval":
+        raise ManifestError(f"{source}: model.kind {manifest['model']['kind']!r} is not 'retrieval'")
+    _check_section(manifest["retrieval"], RETRIEVAL, "retrieval", source)
+    for name, entry in manifest["artifacts"].items():
+        _check_section(entry, ARTIFACT, f"artifacts.{name}", source)
+        if entry["kind"] not in ARTIFACT_KINDS:
+            raise ManifestError(f"{source}: artifacts.{name}.kind {entry['kind']!r} is not one of "
+                                f"{sorted(ARTIFACT_KINDS)}")
+        _check_section(entry, ARTIFACT_KINDS[entry["kind"]], f"artifacts.{name}", source)
+    retrieval = manifest["retrieval"]
+    named = [retrieval["query_encoder"], retrieval["id_map"], retrieval["default_index"], *retrieval["indexes"]]
+    for name in named:
+        if name not in manifest["artifacts"]:
+            raise ManifestError(f"{source}: retrieval names the artifact {name!r}, which artifacts does not list")
+    if retrieval["default_index"] not in retrieval["indexes"]:
+        raise ManifestError(f"{source}: retrieval.default_index {retrieval['default_index']!r} is not in "
+                            f"retrieval.indexes {retrieval['indexes']}")
+    return manifest
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Validate and write ``out_dir/manifest.json``."""
+    validate_manifest(manifest, str(out_dir / MANIFEST_FILE))
+    path = out_dir / MANIFEST_FILE
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return path

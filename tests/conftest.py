@@ -1,0 +1,20 @@
+"""Fixtures shared by several test folders."""
+import pytest
+from hydra import compose, initialize_config_dir
+
+from genrec import train as train_entry
+from genrec.training.builders import CONF_DIR
+
+#: A tiny synthetic run: ~300 users, 120 items, one epoch (about 15 s on 2 cores).
+TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
+            "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
+            "model.dim=16", "data.max_len=20", "data.batch_size=64"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A trained run folder (config.yaml, metrics.json, checkpoints/) -> (run_dir, metrics.json contents)."""
+    tmp = tmp_path_factory.mktemp("tiny_run")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=TINY_RUN + [f"data.cache_dir={tmp / 'cache'}"])
+    return tmp / "run", train_entry.run(cfg, tmp / "run")

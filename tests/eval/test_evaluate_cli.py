@@ -1,0 +1,60 @@
+"""genrec-eval on a checkpoint: all metrics, breakdowns, two runs side by side, PNG and metrics.json."""
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from genrec import evaluate as eval_entry
+from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+
+
+def _eval_config(*overrides: str):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("eval", overrides=list(overrides))
+
+
+def _untrained_run(run_dir, folder, **data_overrides):
+    """A run folder like genrec-train's, holding the freshly initialised model of run_dir's config."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    for key, value in data_overrides.items():
+        OmegaConf.update(cfg, key, value)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    torch.manual_seed(1)
+    torch.save({"state_dict": build_task(cfg, datamodule.data.num_items).state_dict()},
+               folder / "checkpoints" / "best.ckpt")
+    return folder
+
+
+def test_breakdowns_plots_and_two_runs_side_by_side(tiny_run, tmp_path):
+    run_dir, metrics = tiny_run
+    other = _untrained_run(run_dir, tmp_path / "untrained")
+    out = eval_entry.run(_eval_config(f"run_dir={run_dir}", f"compare_to={other}", f"out_dir={tmp_path / 'eval'}"))
+    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(out))
+    assert (tmp_path / "eval" / "evaluation.png").stat().st_size > 10_000 and saved["plots"] == ["evaluation.png"]
+    assert list(saved["models"]) == ["sasrec #1", "sasrec #2"]
+    assert saved["models"]["sasrec #2"]["run_dir"] == str(other)
+    assert set(saved["baselines"]) == {"most_popular", "transitions", "transitions_last3_skip"}
+    users = metrics["dataset"]["users"]
+    for name, row in {**saved["models"], **saved["baselines"]}.items():
+        assert set(row["breakdowns"]) == {"history_length", "target_popularity", "cold_items"}
+        for groups in row["breakdowns"].values():
+            assert sum(g["users"] for g in groups.values()) == users, name
+    for split in ("valid", "test"):  # the checkpoint's own numbers and the baselines the training run recorded
+        assert saved["models"]["sasrec #1"]["metrics"][split] == pytest.approx(metrics["metrics"][split], abs=1e-6)
+        for name, baseline in metrics["baselines"].items():
+            assert saved["baselines"][name]["metrics"][split] == pytest.approx(baseline[split], abs=1e-6)
+    assert saved["models"]["sasrec #2"]["metrics"]["test"] != saved["models"]["sasrec #1"]["metrics"]["test"]
+
+
+def test_runs_on_different_data_are_not_compared(tiny_run, tmp_path):
+    run_dir, _ = tiny_run
+    other = _untrained_run(run_dir, tmp_path / "other", **{"data.reader.num_users": 200})
+    with pytest.raises(ValueError, match=r"compare_to: .*other/config.yaml was trained on .*users.*same dataset"):
+        eval_entry.run(_eval_config(f"run_dir={run_dir}", f"compare_to={other}", f"out_dir={tmp_path / 'eval'}",
+                                    "baselines=[]"))
