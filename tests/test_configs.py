@@ -26,7 +26,7 @@ def _compose(overrides: list[str]):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment", "index"):
+    for group in ("data", "model", "loss", "trainer", "experiment", "index"):
         assert _options(group), group
 
 
@@ -37,6 +37,14 @@ def test_model_configs_instantiate(name):
     model = SequentialRecommender(instantiate(m.embedding, num_items=20), instantiate(m.encoder), m.similarity)
     assert model.num_items == 20
     instantiate(m.loss)
+
+
+@pytest.mark.parametrize("name", _options("loss"))
+@pytest.mark.parametrize("model", ["sasrec", "hstu"])
+def test_loss_configs_instantiate_in_every_model(name, model):
+    cfg = _compose([f"model={model}", f"loss@model.loss={name}"])
+    loss = instantiate(cfg.model.loss)
+    assert type(loss).__name__ == {"full": "FullSoftmaxLoss", "sampled": "SampledSoftmaxLoss"}[name]
 
 
 @pytest.mark.parametrize("name", _options("data"))

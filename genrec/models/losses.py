@@ -53,5 +53,7 @@ class FullSoftmaxLoss(nn.Module):
 
     def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, model: SequentialRecommender
                 ) -> torch.Tensor:
-        logits = queries @ model.all_item_vectors()[1:].T / self.temperature  # (M, num_items): padding left out
+        # the temperature scales the (M, D) queries, not the (M, num_items) logits: the same logits for one pass
+        # over the small side (bit-identical at temperature 1)
+        logits = (queries / self.temperature) @ model.all_item_vectors()[1:].T  # (M, num_items): padding left out
         return F.cross_entropy(logits, positive_ids - 1)
