@@ -140,8 +140,8 @@ def benchmark_tables(files: list[dict]) -> list[str]:
                        f"{pad['sequences_per_second']:.1f} | {jag['sequences_per_second']:.1f} | "
                        f"{row['speedup']:.2f}x | {pad['peak_memory_mib']:.0f} | {jag['peak_memory_mib']:.0f} | "
                        f"{row['memory_ratio']:.2f}x |")
-        out += ["", f"Commit `{r['commit'][:12]}`, {r['environment']['torch']}, "
-                    f"{r['environment']['cpu_count']} threads.", ""]
+        out += ["", f"Commit `{r['commit'][:12]}`, torch {r['environment']['torch']}, "
+                    f"{r['rows'][0]['padded']['threads']} thread(s) per case.", ""]
     return out
 
 
