@@ -44,7 +44,7 @@ def test_model_configs_instantiate(name):
 def test_loss_configs_instantiate_in_every_model(name, model):
     cfg = _compose([f"model={model}", f"loss@model.loss={name}"])
     loss = instantiate(cfg.model.loss)
-    assert type(loss).__name__ == {"full": "FullSoftmaxLoss", "sampled": "SampledSoftmaxLoss"}[name]
+    assert type(loss).__name__ == ("FullSoftmaxLoss" if name == "full" else "SampledSoftmaxLoss")
 
 
 @pytest.mark.parametrize("name", _options("data"))
