@@ -128,7 +128,8 @@ def benchmark_tables(files: list[dict]) -> list[str]:
         if r.get("benchmark") != "hstu_attention":
             continue
         out += [f"## Benchmark: HSTU training step, jagged vs padded attention (`results/{r['name']}.json`)", "",
-                f"`{r['model']}` preset, batch {r['batch_size']} of real {r['dataset']} training sequences, "
+                f"`{r['model']}` preset with the `{r.get('loss', 'sampled')}` loss, batch {r['batch_size']} of real "
+                f"{r['dataset']} training sequences, "
                 f"{r['device']}, {r['steps']} timed steps per case (fastest step; the machine is shared), "
                 f"each case in its own process. Memory: {r['memory']}.", "",
                 "| max length | mean length | mean longest in batch | padded seq/s | jagged seq/s | speed-up | "
