@@ -3,9 +3,9 @@
 Each (max length, implementation) case runs in its own process so its peak memory is its own: on CPU the peak
 resident memory above what the process held before its first step (model, optimizer and batches built), on CUDA
 ``torch.cuda.max_memory_allocated``. A step is a whole training step of the ``model=hstu`` preset (item lookup,
-encoder, loss (the full softmax by default), backward, AdamW); its time is the fastest of ``--steps`` steps (the least disturbed
-on a shared machine), with the process CPU time recorded beside it. Batches are real users' training sequences
-(items, timestamps and therefore lengths as in the data), the most recent ``max_len`` items kept.
+encoder, loss -- the full softmax by default --, backward, AdamW); its time is the fastest of ``--steps`` steps
+(the least disturbed on a shared machine), with the process CPU time recorded beside it. Batches are real users'
+training sequences (items, timestamps and therefore lengths as in the data), the most recent ``max_len`` kept.
 
 Usage::
 
