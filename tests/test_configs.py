@@ -30,7 +30,7 @@ def _compose(overrides: list[str], config: str = "train"):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding"):
+    for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding"):
         assert _options(group), group
 
 
@@ -41,6 +41,14 @@ def test_model_configs_instantiate(name):
     model = SequentialRecommender(instantiate(m.embedding, num_items=20), instantiate(m.encoder), m.similarity)
     assert model.num_items == 20
     instantiate(m.loss)
+
+
+@pytest.mark.parametrize("name", _options("loss"))
+@pytest.mark.parametrize("model", ["sasrec", "hstu"])
+def test_loss_configs_instantiate_in_every_model(name, model):
+    cfg = _compose([f"model={model}", f"loss@model.loss={name}"])
+    loss = instantiate(cfg.model.loss)
+    assert type(loss).__name__ == ("FullSoftmaxLoss" if name == "full" else "SampledSoftmaxLoss")
 
 
 @pytest.mark.parametrize("name", _options("data"))
