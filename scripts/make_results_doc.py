@@ -32,7 +32,16 @@ PUBLISHED = {
     },
 }
 #: Prose shown under a dataset's table: how its comparisons were run and what was tried.
-NOTES: dict[str, list[str]] = {}
+NOTES: dict[str, list[str]] = {
+    "synthetic": [
+        "On the synthetic default the item-to-item transition baseline is strong by construction: the next item is "
+        "usually a successor of the current one (genrec/data/synthetic.py), so a first-order transition table "
+        "already narrows it down to a few candidates, and only the user's cluster preferences (which SASRec can "
+        "read from the history) pick among them. SASRec ties the transition table on NDCG@10 and trails it "
+        "slightly on recall@10 after 20 epochs, with its best validation epoch near the end (still improving); it "
+        "beats popularity by about 3x. Not yet tried at full length: more epochs, a larger learning rate or model.",
+        ""],
+}
 COLUMNS = ["recall@5", "ndcg@5", "recall@10", "ndcg@10", "mrr"]
 #: the margin issue 3 asks of HSTU over a tuned SASRec in NDCG@10 (Meta's README, ML-1M: HSTU +7.3%,
 #: HSTU-large +18%; ML-20M: HSTU-large +29%)
@@ -110,17 +119,23 @@ def training_tables(files: list[dict]) -> list[str]:
     return out
 
 
-def below_baselines(by_model: dict[str, list[dict]], metric: str = "ndcg@10") -> list[str]:
-    """Say plainly which models do not beat the best genrec-measured baseline (mean test score over seeds)."""
-    best_name, best = max(next(iter(by_model.values()))[0]["baselines"].items(),
-                          key=lambda kv: kv[1]["test"][metric])
-    below = [f"`{m}` ({_mean(runs, 'test', metric):.4f})" for m, runs in sorted(by_model.items())
-             if _mean(runs, "test", metric) <= best["test"][metric]]
-    if not below:
-        return [f"Every model beats the best baseline here (`{best_name}`, test {metric} {best['test'][metric]:.4f}).",
-                ""]
-    return [f"**Not better than the best baseline** (`{best_name}`, test {metric} {best['test'][metric]:.4f}): "
-            + ", ".join(below) + ".", ""]
+def below_baselines(by_model: dict[str, list[dict]], metrics: tuple[str, ...] = ("recall@10", "ndcg@10")
+                    ) -> list[str]:
+    """Say plainly, per metric, which models do not beat the best genrec-measured baseline (mean test score over
+    seeds)."""
+    baselines = next(iter(by_model.values()))[0]["baselines"]
+    out = []
+    for metric in metrics:
+        best_name, best = max(baselines.items(), key=lambda kv: kv[1]["test"][metric])
+        below = [f"`{m}` ({_mean(runs, 'test', metric):.4f})" for m, runs in sorted(by_model.items())
+                 if _mean(runs, "test", metric) <= best["test"][metric]]
+        if below:
+            out.append(f"**Not better than the best baseline on {metric}** (`{best_name}`, test "
+                       f"{best['test'][metric]:.4f}): " + ", ".join(below) + ".")
+        else:
+            out.append(f"Every model beats the best baseline on {metric} (`{best_name}`, test "
+                       f"{best['test'][metric]:.4f}).")
+    return [" ".join(out), ""]
 
 
 def _mean(runs: list[dict], split: str, metric: str) -> float:
