@@ -30,7 +30,7 @@ def _compose(overrides: list[str], config: str = "train"):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding",
+    for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding",
                   "backbone"):
         assert _options(group), group
 
@@ -79,6 +79,14 @@ def test_generative_models_need_a_matching_sid_table(tmp_path):
         build_task(_compose(["model=tiger", f"sid_table={folder}"]), 20, other)
     with pytest.raises(ValueError, match="sharding=row_wise: model=sid_gpt has no sharded tables"):
         build_task(_compose(["model=sid_gpt", f"sid_table={folder}", "sharding=row_wise"]), 20, raw)
+
+
+@pytest.mark.parametrize("name", _options("loss"))
+@pytest.mark.parametrize("model", ["sasrec", "hstu"])
+def test_loss_configs_instantiate_in_every_model(name, model):
+    cfg = _compose([f"model={model}", f"loss@model.loss={name}"])
+    loss = instantiate(cfg.model.loss)
+    assert type(loss).__name__ == ("FullSoftmaxLoss" if name == "full" else "SampledSoftmaxLoss")
 
 
 @pytest.mark.parametrize("name", _options("data"))

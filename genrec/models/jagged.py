@@ -1,6 +1,8 @@
 """Jagged <-> padded conversion in plain PyTorch (the reference path; genrec.kernels has faster ones)."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 
@@ -28,3 +30,51 @@ def padded_to_jagged(padded: torch.Tensor, offsets: torch.Tensor) -> torch.Tenso
     """``(B, L, *F)`` right-padded -> ``(N, *F)`` jagged values (padding dropped)."""
     row, col = jagged_index(offsets)
     return padded[row, col]
+
+
+class JaggedLayout:
+    """One batch's sequence boundaries with the index tensors derived from them, computed once per forward and
+    shared by every layer (and every attention implementation) that needs them.
+
+    Attributes:
+        offsets: ``(B + 1,)`` int64 boundaries.
+        lengths: ``(B,)`` sequence lengths.
+        max_len: the longest sequence (a Python int).
+    """
+
+    def __init__(self, offsets: torch.Tensor):
+        self.offsets = offsets
+        self.lengths = offsets[1:] - offsets[:-1]
+        self.max_len = int(self.lengths.max()) if len(self.lengths) else 0
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def num_values(self) -> int:
+        """``N``, the number of jagged positions."""
+        return int(self.offsets[-1])
+
+    def index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(row, col)``, each ``(N,)``: the sequence and the position of every value (see :func:`jagged_index`)."""
+        return self.memo("index", lambda: jagged_index(self.offsets))
+
+    def to_padded(self, values: torch.Tensor) -> torch.Tensor:
+        """``(N, *F)`` -> ``(B, max_len, *F)``, zero-padded on the right."""
+        row, col = self.index()
+        out = values.new_zeros((self.batch_size, self.max_len, *values.shape[1:]))
+        out[row, col] = values
+        return out
+
+    def to_jagged(self, padded: torch.Tensor) -> torch.Tensor:
+        """``(B, L, *F)`` right-padded -> ``(N, *F)``."""
+        row, col = self.index()
+        return padded[row, col]
+
+    def memo(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()`` once per layout and ``key``; later calls return the same object."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]

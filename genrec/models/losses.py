@@ -17,24 +17,34 @@ class SampledSoftmaxLoss(nn.Module):
     """Softmax over the positive and sampled negatives, with accidental hits masked.
 
     Args:
-        num_negatives: uniform negatives drawn per batch (shared by every position: one ``(R, D)`` lookup).
+        num_negatives: uniform negatives drawn per batch (shared by every position: one ``(R, D)`` lookup), or per
+            position with ``per_position`` (an ``(M * R, D)`` lookup, as in Meta's HSTU code).
         negatives: ``"uniform"`` (from ``1..num_items``), ``"in_batch"`` (the batch's other positives, with logQ
             correction for their in-batch frequency), or ``"mixed"`` (both).
         temperature: logits are divided by it (e.g. 0.05 with cosine similarity).
+        per_position: draw the uniform negatives separately for every position.
     """
 
-    def __init__(self, num_negatives: int = 128, negatives: str = "uniform", temperature: float = 1.0):
+    def __init__(self, num_negatives: int = 128, negatives: str = "uniform", temperature: float = 1.0,
+                 per_position: bool = False):
         super().__init__()
         if negatives not in NEGATIVE_SOURCES:
             raise ValueError(f"negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
         self.num_negatives, self.negatives, self.temperature = num_negatives, negatives, temperature
+        self.per_position = per_position
+
+    def _num_uniform(self, m: int) -> int:
+        """How many uniform negatives :meth:`item_ids` draws for ``m`` positives: ``R`` or ``M * R``."""
+        return m * self.num_negatives if self.per_position else self.num_negatives
 
     def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
-        """``(M,)`` positives -> ``(M + R + U,)``: the positives, then ``R`` uniform negatives from
-        ``1..num_items`` and/or the ``U`` distinct positives (in-batch negatives), as configured."""
+        """``(M,)`` positives -> ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
+        position-major) uniform negatives from ``1..num_items`` and/or the ``U`` distinct positives (in-batch
+        negatives), as configured."""
         parts = [positive_ids]
         if self.negatives in ("uniform", "mixed"):
-            parts.append(torch.randint(1, num_items + 1, (self.num_negatives,), device=positive_ids.device))
+            count = self._num_uniform(len(positive_ids))
+            parts.append(torch.randint(1, num_items + 1, (count,), device=positive_ids.device))
         if self.negatives in ("in_batch", "mixed"):
             parts.append(torch.unique(positive_ids))
         return torch.cat(parts)
@@ -47,10 +57,17 @@ class SampledSoftmaxLoss(nn.Module):
         pos_logits = (queries * item_vectors[:m]).sum(-1, keepdim=True)  # (M, 1)
         neg_logits, start = [], m
         if self.negatives in ("uniform", "mixed"):
-            ids, vectors = item_ids[start:start + self.num_negatives], item_vectors[start:start + self.num_negatives]
-            start += self.num_negatives
-            logits = queries @ vectors.T  # (M, R)
-            neg_logits.append(logits.masked_fill(ids[None, :] == positive_ids[:, None], float("-inf")))
+            count = self._num_uniform(m)
+            ids, vectors = item_ids[start:start + count], item_vectors[start:start + count]
+            start += count
+            if self.per_position:
+                ids = ids.view(m, self.num_negatives)  # (M, R)
+                logits = torch.einsum("md,mrd->mr", queries, vectors.view(m, self.num_negatives, -1))
+                hits = ids == positive_ids[:, None]
+            else:
+                logits = queries @ vectors.T  # (M, R)
+                hits = ids[None, :] == positive_ids[:, None]
+            neg_logits.append(logits.masked_fill(hits, float("-inf")))
         if self.negatives in ("in_batch", "mixed"):
             ids, vectors = item_ids[start:], item_vectors[start:]
             counts = torch.unique(positive_ids, return_counts=True)[1]  # same order as ids
@@ -75,5 +92,7 @@ class FullSoftmaxLoss(nn.Module):
                 item_vectors: torch.Tensor) -> torch.Tensor:
         """``queries (M, D)``, ``positive_ids (M,)``, ``item_vectors (num_items, D)`` of items ``1..num_items``
         -> mean loss (scalar)."""
-        logits = queries @ item_vectors.T / self.temperature  # (M, num_items)
+        # the temperature scales the (M, D) queries, not the (M, num_items) logits: the same logits for one pass
+        # over the small side (bit-identical at temperature 1)
+        logits = (queries / self.temperature) @ item_vectors.T  # (M, num_items)
         return F.cross_entropy(logits, positive_ids - 1)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from genrec.models.backbones import HFCausalLM
+from genrec.models.hstu import HSTU
 from genrec.models.sasrec import SASRec
 from genrec.models.sid_generator import SIDGenerator
 from genrec.models.tiger import TIGER
@@ -37,7 +38,12 @@ def gpt2(**kw):
                                                   "n_positions": 64}), **kw)
 
 
-MODELS = {"tiger": tiger, "sid_gpt": gpt, "hf_llama": llama, "hf_gpt2": gpt2}
+def hstu(**kw):
+    return SIDGenerator(TABLE, HSTU(dim=16, num_layers=2, num_heads=2, attention_dim=8, hidden_dim=8, max_len=40,
+                                    dropout=0.0, time_bias=False), **kw)
+
+
+MODELS = {"tiger": tiger, "sid_gpt": gpt, "hf_llama": llama, "hf_gpt2": gpt2, "hstu": hstu}
 
 
 def _build(name, **kw):

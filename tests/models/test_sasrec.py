@@ -143,3 +143,17 @@ def test_training_reduces_loss_on_a_learnable_pattern():
         loss.backward()
         opt.step()
     assert loss.item() < 0.1 * first
+
+
+def test_sampled_softmax_per_position_draws_negatives_for_every_position():
+    model = _model()
+    q, pos = torch.randn(4, 16), torch.tensor([3, 5, 5, 9])
+    torch.manual_seed(2)
+    loss = _loss(SampledSoftmaxLoss(num_negatives=20, temperature=0.1, per_position=True), q, pos, model)
+    torch.manual_seed(2)
+    neg = torch.randint(1, 31, (4, 20))
+    table = model.item_embedding.table()
+    pos_logit = (q * table[pos]).sum(-1, keepdim=True)
+    neg_logit = torch.stack([q[m] @ table[neg[m]].T for m in range(4)]).masked_fill(neg == pos[:, None], float("-inf"))
+    expected = F.cross_entropy(torch.cat([pos_logit, neg_logit], 1) / 0.1, torch.zeros(4, dtype=torch.long))
+    assert torch.allclose(loss, expected, atol=1e-6)

@@ -1,0 +1,122 @@
+"""HSTU (Zhai et al., 2024, "Actions Speak Louder than Words"): a stack of pointwise-attention blocks on jagged
+sequences, with a relative attention bias from positions and time gaps.
+
+One block (the paper's form)::
+
+    x̂ = LayerNorm(x);  U, V, Q, K = SiLU(x̂ W)
+    A = SiLU(Q Kᵀ + rab) / n   (causal, no softmax)
+    out = x + W_o(Dropout(U ⊙ LayerNorm(A V)))
+
+``variant="production"`` is the form of Meta's later code: learnable norms, a bias on ``W``, SiLU on ``U`` only and
+``Q Kᵀ`` scaled by ``1/sqrt(d_qk)``. Inputs are ``embedding · sqrt(D) + learned absolute position`` (counted from
+the oldest item of the window) with dropout, as in Meta's reference; there is no feed-forward block and no final
+norm. The attention itself runs through the switch in :mod:`genrec.models.attention` (family ``"hstu"``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genrec.models.attention import RelativeBias, check_name, resolve
+from genrec.models.encoder import SequenceEncoder
+from genrec.models.jagged import JaggedLayout
+
+DENOMINATORS = ("max_len", "length")
+VARIANTS = ("paper", "production")
+
+
+class HSTUBlock(nn.Module):
+    """One HSTU layer on jagged ``(N, D)`` states. Owns its relative-bias weights (position and time), like Meta's."""
+
+    def __init__(self, dim: int, num_heads: int, attention_dim: int, hidden_dim: int, dropout: float, max_len: int,
+                 position_bias: bool, time_bias: bool, num_time_buckets: int, variant: str, eps: float = 1e-6):
+        super().__init__()
+        self.num_heads, self.attention_dim, self.hidden_dim = num_heads, attention_dim, hidden_dim
+        self.variant, self.eps = variant, eps
+        production = variant == "production"
+        self.uvqk = nn.Linear(dim, 2 * num_heads * (hidden_dim + attention_dim), bias=production)
+        nn.init.normal_(self.uvqk.weight, std=0.02)
+        self.out = nn.Linear(num_heads * hidden_dim, dim)
+        nn.init.xavier_uniform_(self.out.weight)
+        self.input_norm = nn.LayerNorm(dim, eps=eps) if production else None
+        self.output_norm = nn.LayerNorm(num_heads * hidden_dim, eps=eps) if production else None
+        self.drop = nn.Dropout(dropout)
+        self.position_bias = nn.Parameter(torch.randn(max_len) * 0.02) if position_bias else None
+        self.time_bias = nn.Parameter(torch.randn(num_time_buckets + 1) * 0.02) if time_bias else None
+
+    def _norm(self, x: torch.Tensor, norm: nn.LayerNorm | None) -> torch.Tensor:
+        return norm(x) if norm is not None else F.layer_norm(x, x.shape[-1:], eps=self.eps)
+
+    def forward(self, x: torch.Tensor, layout: JaggedLayout, attend, timestamps: torch.Tensor | None,
+                query_timestamps: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
+        """``x (N, D)`` -> ``(N, D)``; ``attend`` an HSTU attention implementation, ``scale (B,)`` = 1 / n."""
+        n, h = len(x), self.num_heads
+        uvqk = self.uvqk(self._norm(x, self.input_norm))
+        if self.variant == "paper":
+            uvqk = F.silu(uvqk)
+        u, v, q, k = uvqk.split([h * self.hidden_dim, h * self.hidden_dim, h * self.attention_dim,
+                                 h * self.attention_dim], dim=-1)
+        if self.variant == "production":
+            u, q = F.silu(u), q / math.sqrt(self.attention_dim)
+        time = self.time_bias if timestamps is not None else None
+        bias = RelativeBias(self.position_bias, time, timestamps, query_timestamps)
+        bias = bias if bias.position is not None or bias.time is not None else None
+        a = attend(q.reshape(n, h, -1), k.reshape(n, h, -1), v.reshape(n, h, -1), layout, bias, scale)
+        return x + self.out(self.drop(u * self._norm(a.reshape(n, -1), self.output_norm)))
+
+
+class HSTU(SequenceEncoder):
+    """
+    Args:
+        dim: model and item-embedding width ``D``.
+        num_layers / num_heads: depth and heads.
+        attention_dim / hidden_dim: per-head widths of ``Q, K`` (``d_qk``) and of ``U, V`` (``d_v``).
+        max_len: longest input sequence (position tables).
+        dropout: on the inputs and on every block's output branch.
+        position_bias / time_bias: the two parts of the relative attention bias. The time part needs timestamps;
+            on data without them (e.g. Amazon Beauty) it is left out and only positions remain.
+        num_time_buckets: time-gap buckets (128 in the paper).
+        denominator: ``n`` in ``A = SiLU(·) / n`` — ``"max_len"`` (the padded length, as in Meta's code) or
+            ``"length"`` (each sequence's own length).
+        variant: ``"paper"`` or ``"production"`` (see the module doc).
+        attention: implementation name for :mod:`genrec.models.attention` (``auto``, ``padded``, ``jagged``, ...).
+    """
+
+    def __init__(self, dim: int = 50, num_layers: int = 2, num_heads: int = 1, attention_dim: int = 50,
+                 hidden_dim: int = 50, max_len: int = 200, dropout: float = 0.2, position_bias: bool = True,
+                 time_bias: bool = True, num_time_buckets: int = 128, denominator: str = "max_len",
+                 variant: str = "paper", attention: str = "auto"):
+        super().__init__()
+        if denominator not in DENOMINATORS:
+            raise ValueError(f"model.encoder.denominator must be one of {DENOMINATORS}, got {denominator!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"model.encoder.variant must be one of {VARIANTS}, got {variant!r}")
+        self.dim, self.max_len, self.denominator = dim, max_len, denominator
+        self.attention = check_name("hstu", attention)
+        self.positions = nn.Embedding(max_len, dim)
+        nn.init.xavier_normal_(self.positions.weight)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            HSTUBlock(dim, num_heads, attention_dim, hidden_dim, dropout, max_len, position_bias, time_bias,
+                      num_time_buckets, variant) for _ in range(num_layers))
+
+    def forward(self, embeddings: torch.Tensor, offsets: torch.Tensor, timestamps: torch.Tensor | None = None,
+                query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
+        """``(N, D)`` jagged embeddings -> ``(N, D)`` states (see :class:`SequenceEncoder`)."""
+        if (timestamps is None) != (query_timestamps is None):
+            raise ValueError("HSTU needs timestamps and query_timestamps together (or neither)")
+        layout = JaggedLayout(offsets)
+        if layout.max_len > self.max_len:
+            raise ValueError(f"a sequence has {layout.max_len} items but HSTU was built with max_len={self.max_len}")
+        attend = resolve("hstu", self.attention, embeddings).fn
+        if self.denominator == "max_len":
+            scale = embeddings.new_full((layout.batch_size,), 1.0 / self.max_len)
+        else:
+            scale = 1.0 / layout.lengths.to(embeddings.dtype)
+        x = self.drop(embeddings * math.sqrt(self.dim) + self.positions(layout.index()[1]))
+        for block in self.blocks:
+            x = block(x, layout, attend, timestamps, query_timestamps, scale)
+        return x

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# HSTU vs SASRec under one protocol (leave-one-out, full-corpus ranking, history removed) and the same budget rules
+# (at most 100 epochs, early stopping after 10 without a better validation NDCG@10), 3 seeds each:
+#   ml100k_hstu, ml100k_hstu_large, ml100k_sasrec (genrec's preset), ml100k_sasrec_cosine (SASRec with HSTU's
+#   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh).
+# Writes results/<part>_seed<S>.json and regenerates docs/results.md.
+# Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default)
+# On a shared 2-core machine each run takes 0.5-3 h (see the train times in docs/results.md): run parts in parallel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS=${SEEDS:-"0 1 2"}
+PY=${PYTHON:-.venv/bin/python}
+declare -A ARGS=(
+  [ml100k_hstu]="experiment=ml100k_hstu"
+  [ml100k_hstu_large]="experiment=ml100k_hstu model=hstu_large"
+  [ml100k_sasrec]="experiment=ml100k_sasrec"
+  [ml100k_sasrec_cosine]="experiment=ml100k_sasrec model.name=sasrec_cosine model.similarity=cosine model.loss.temperature=0.05"
+  [beauty_hstu]="experiment=beauty_hstu"
+)
+PARTS=("$@")
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(ml100k_hstu ml100k_hstu_large ml100k_sasrec ml100k_sasrec_cosine beauty_hstu)
+for part in "${PARTS[@]}"; do
+  [ -n "${ARGS[$part]:-}" ] || { echo "unknown part $part; known: ${!ARGS[*]}" >&2; exit 2; }
+  for seed in $SEEDS; do
+    # shellcheck disable=SC2086
+    "$PY" -m genrec.train ${ARGS[$part]} seed="$seed" results_name="${part}_seed${seed}" \
+      trainer.enable_progress_bar=false hydra.run.dir="runs/${part}_seed${seed}"
+  done
+done
+"$PY" scripts/make_results_doc.py
