@@ -44,16 +44,15 @@ def load_run(run_dir: Path, checkpoint: str = "best"):
 def _evaluate(score_fn, datamodule, cfg: DictConfig, ks: tuple[int, ...], exclude: bool) -> dict[str, Any]:
     """Validation and test metrics of one scorer, and the test breakdowns; a generative model's
     :class:`BeamScorer` adds ``invalid_rate`` (decoded tuples that are no item) to each split's metrics."""
-    valid = rank_users(score_fn, datamodule.val_dataloader(), ks, exclude)
-    invalid = {"valid": score_fn.pop_invalid_rate()} if isinstance(score_fn, BeamScorer) else {}
-    test = rank_users(score_fn, datamodule.test_dataloader(), ks, exclude)
-    if invalid:
-        invalid["test"] = score_fn.pop_invalid_rate()
+    ranked = {}
+    for split, loader in (("valid", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
+        ranked[split] = rank_users(score_fn, loader, ks, exclude)
+        if isinstance(score_fn, BeamScorer):
+            ranked[split].metrics["invalid_rate"] = score_fn.pop_invalid_rate()
     b = cfg.breakdowns
-    return {"metrics": {split: {**ranked.metrics, **({"invalid_rate": invalid[split]} if invalid else {})}
-                        for split, ranked in (("valid", valid), ("test", test))},
-            "breakdowns": breakdowns(test, datamodule.data, ks, list(b.history_edges), list(b.popularity_edges),
-                                     b.cold_max_count)}
+    return {"metrics": {split: r.metrics for split, r in ranked.items()},
+            "breakdowns": breakdowns(ranked["test"], datamodule.data, ks, list(b.history_edges),
+                                     list(b.popularity_edges), b.cold_max_count)}
 
 
 def _same_dataset(first, second, first_dir: Path, second_dir: Path) -> None:
