@@ -210,6 +210,14 @@ def benchmark_tables(files: list[dict]) -> list[str]:
 PUBLISHED_STEPS = {"tiger": ("TIGER (TIGER paper)", 200_000, 256)}
 
 
+def _validations(run: dict) -> str:
+    """How many validation passes chose the reported checkpoint (from the run's epochs and best epoch)."""
+    passes = max(run["epochs_run"], run["best_epoch"] + 1)
+    if passes <= 1:
+        return "one validation pass at the end (no checkpoint selection)"
+    return f"best of {passes} validation passes (epoch {run['best_epoch'] + 1})"
+
+
 def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> list[str]:
     """What a generative run's numbers rest on: the SID table (and the tokenizer result that made it), decoding,
     invalid IDs, how long it trained, and how it compares with the published model."""
@@ -222,17 +230,22 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
         made_by = (f"the table of `results/{tables[sid['content_hash']]}.json`" if sid["content_hash"] in tables
                    else "a table with no tokenizer result in results/")
         trainer = r["config"]["trainer"]
-        stop = (f"stopped by `trainer.max_time={trainer['max_time']}`" if trainer.get("max_time") else
-                f"at most {trainer['max_epochs']} epochs")
-        batch = r["config"]["data"]["batch_size"]
+        stop = (f"stopped by `trainer.max_time={trainer['max_time']}` or {trainer['max_epochs']} epochs"
+                if trainer.get("max_time") else f"at most {trainer['max_epochs']} epochs")
+        batch, optim = r["config"]["data"]["batch_size"], r["config"]["optim"]
         steps = r.get("steps_run")
+        validations = _validations(r)
         line = (f"- `results/{r['name']}.json` ({r['model']}): SID table `{sid['content_hash']}` ({made_by}, "
                 f"codebooks {' x '.join(str(k) for k in sid['codebook_sizes'])}); beam {dec['beam']}, "
                 f"top-{dec['top_k']}, "
                 f"{'constrained by the prefix trie' if dec['constrained'] else 'unconstrained'}; invalid IDs among "
-                f"the decoded test lists: {test['invalid_rate']:.2%}. Trained {r['train_seconds'] / 60:.0f} min on "
-                f"CPU ({stop}): {steps if steps is not None else '?'} steps of batch {batch}, best validation "
-                f"epoch {r['best_epoch'] + 1}. {dec['ranking'][0].upper() + dec['ranking'][1:]}.")
+                f"the decoded test lists: {test['invalid_rate']:.2%}. "
+                f"{dec['ranking'][0].upper() + dec['ranking'][1:]}. "
+                f"Trained on CPU ({stop}): {steps if steps is not None else '?'} steps of batch {batch} in "
+                f"{r['train_seconds'] / 60:.0f} min with validation, {validations}.")
+        weaker = [m for m in COLUMNS[:4] if test[m] < r["baselines"]["most_popular"]["test"][m]]
+        if weaker:
+            line += f" Below even the most-popular baseline on {', '.join(weaker)}."
         if r["model"] in PUBLISHED_STEPS and PUBLISHED_STEPS[r["model"]][0] in published:
             name, paper_steps, paper_batch = PUBLISHED_STEPS[r["model"]]
             paper = published[name]
@@ -243,8 +256,9 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
                          f"the paper {paper_steps:,} steps of batch {paper_batch} (about "
                          f"{paper_steps * paper_batch / max((steps or 1) * batch, 1):.0f}x the examples), on a "
                          "2-core CPU shared with other runs; its semantic IDs come from a 384-d MiniLM text "
-                         "encoder (the paper: 768-d Sentence-T5). Training to the paper's length is what we "
-                         "expect to close the gap (not measured here).")
+                         "encoder (the paper: 768-d Sentence-T5). Nothing was tuned (the preset's AdamW, lr "
+                         f"{optim['lr']:g}, warm-up {optim.get('warmup_steps', 0)} steps, no decay). Training to the "
+                         "paper's length is what we expect to close the gap (not measured here).")
             else:
                 line += f" At or above the paper ({gaps})."
         out.append(line)
