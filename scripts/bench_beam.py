@@ -11,6 +11,9 @@ Decoders, all through the same beam search over the same users, measured in one 
 * ``genrec``: KV cache + prefix trie (the default);
 * ``unconstrained``: KV cache, no constraint (what the constraint costs).
 
+Also timed: genrec's prefill alone (``model.decoder(batch)``: TIGER's encoder and cross-attention keys/values, the
+decoder-only model's history), the part every decoder pays once per user whatever the beam.
+
 Models: the presets of ``experiment=beauty_tiger`` and ``experiment=beauty_sid_gpt`` with their SID table,
 randomly initialised (decoding cost does not depend on the weights). Users: a seeded random sample of the
 dataset's test users, with their real histories (the most recent ``data.max_len`` items), sorted by history
@@ -99,6 +102,16 @@ def _decode(task, batches, beam: int, variant: str) -> tuple[float, float, list[
     return time.perf_counter() - wall, time.process_time() - cpu, results
 
 
+@torch.no_grad()
+def _prefill(task, batches) -> float:
+    """Wall seconds of the beam-independent part of genrec's decoding alone: ``model.decoder(batch)`` (TIGER: the
+    encoder and the cross-attention keys/values; decoder-only: the history's keys/values)."""
+    wall = time.perf_counter()
+    for batch in batches:
+        task.model.decoder(batch, use_cache=True)
+    return time.perf_counter() - wall
+
+
 def _compare(results: list[BeamResult], reference: list[BeamResult]) -> dict:
     """Same items as ``reference`` (genrec's decoder)? And the largest difference of the (sorted) scores: when the
     items differ but the scores agree to float precision, only the order of near-equal scores differs."""
@@ -118,6 +131,9 @@ def main() -> None:
                            "mean_history": float(np.mean([float(b.lengths.float().mean()) for b in batches]))}
         users = sum(b.batch_size for b in batches)
         _decode(task, batches[:1], args.beams[0], "genrec")  # warm-up
+        prefill = min(_prefill(task, batches) for _ in range(args.repeats))
+        settings[model]["prefill_users_per_s"] = round(users / prefill, 2)
+        print(f"{model:8s} prefill only       {users / prefill:9.2f} users/s", flush=True)
         for beam in args.beams:
             speed, reference = {}, None
             for variant in ("genrec", "unconstrained", "brute_force", "no_cache", "naive"):

@@ -384,6 +384,14 @@ def bench_beam_tables(files: list[dict]) -> list[str]:
             cells = [f"{speed[(q['model'], q['beam'], v)]['users_per_s']:.1f}" for v in variants]
             out.append(f"| {q['model']} | {q['beam']} | " + " | ".join(cells) + f" | {q['genrec_vs_naive']:.1f}x | "
                        f"{q['cache_alone']:.1f}x | {q['trie_alone']:.1f}x | {q['constrained_vs_unconstrained']:.2f}x |")
+        prefill = [f"{m} {x['prefill_users_per_s']:.1f} users/s" for m, x in r["settings"].items()
+                   if "prefill_users_per_s" in x]
+        if prefill:
+            out += ["", "genrec's prefill alone (TIGER: the encoder and the cross-attention keys/values; decoder-only: "
+                    "the history's keys/values), paid once per user whatever the beam: " + ", ".join(prefill)
+                    + ". The naive TIGER decoder runs the same encoder once per user too, so the encoder's cost "
+                    "bounds the ratio TIGER can reach; the decoder-only naive decoder re-runs the history at "
+                    "every step of every beam."]
         at20 = [q for q in r["ratios"] if q["beam"] == 20]
         if at20:
             met = ", ".join(f"{q['model']} {q['genrec_vs_naive']:.1f}x "
