@@ -17,6 +17,7 @@ elsewhere. See docs/KERNELS.md.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 
@@ -128,7 +129,7 @@ def jagged_to_padded(values: torch.Tensor, offsets: torch.Tensor, max_len: int, 
         return reference.jagged_to_padded(values, offsets, max_len, pad_value)
     from genrec_kernels import ops
 
-    rows = values.reshape(len(values), -1).contiguous()
+    rows = values.reshape(len(values), math.prod(values.shape[1:])).contiguous()
     padded = ops.jagged_to_padded(rows, offsets, max_len, float(pad_value), backend)
     return padded.view(len(offsets) - 1, max_len, *values.shape[1:])
 
@@ -145,7 +146,8 @@ def padded_to_jagged(padded: torch.Tensor, offsets: torch.Tensor, backend: str =
 
     b, length = padded.shape[:2]
     total = int(offsets[-1])
-    values = ops.padded_to_jagged(padded.reshape(b, length, -1).contiguous(), offsets, total, backend)
+    values = ops.padded_to_jagged(padded.reshape(b, length, math.prod(padded.shape[2:])).contiguous(), offsets,
+                                  total, backend)
     return values.view(total, *padded.shape[2:])
 
 

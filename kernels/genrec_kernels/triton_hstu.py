@@ -9,7 +9,8 @@ sequence and one head; it visits only the blocks on or below the diagonal of its
 ``sum_b n_b²`` and nothing is padded. The bias gradients are summed with atomic adds (fp32).
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU tensors through Triton's
-interpreter, with fixed small blocks; on CUDA the block sizes are autotuned per (length, head dims, dtype).
+interpreter, with fixed small blocks; on CUDA the block sizes are autotuned (3 candidates per kernel) per length
+bucket, head dims, bias parts and dtype.
 """
 from __future__ import annotations
 
@@ -173,6 +174,9 @@ def _hstu_bwd_dq(Q, K, V, DO, DQ, OFFSETS, SCALE, POS, TIME, TS, QTS,
 
 #: True when the kernels were built for Triton's CPU interpreter (``TRITON_INTERPRET=1`` at import).
 INTERPRETED = isinstance(_hstu_fwd, InterpretedFunction)
+if INTERPRETED and not isinstance(tl.sigmoid, InterpretedFunction):
+    raise RuntimeError("TRITON_INTERPRET=1 was set after triton itself was imported, so triton's own library was "
+                       "built for the GPU: set it before anything imports triton (lightning does)")
 #: fixed blocks under the interpreter (small, so that short test sequences still span several blocks)
 INTERPRETER_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}
 
@@ -185,12 +189,10 @@ if INTERPRETED:
     _fwd, _dkdv, _dq = _hstu_fwd, _hstu_bwd_dkdv, _hstu_bwd_dq
 else:
     _KEY = ["L_KEY", "BLOCK_DQK", "BLOCK_DV", "HAS_POS", "HAS_TIME"]
-    _fwd = triton.autotune(_configs([(32, 32, 4), (64, 32, 4), (64, 64, 4), (128, 64, 8), (128, 32, 4)]),
-                           key=_KEY)(_hstu_fwd)
-    _dkdv = triton.autotune(_configs([(32, 32, 4), (32, 64, 4), (64, 64, 4), (64, 128, 8), (32, 128, 4)]),
-                            key=_KEY, reset_to_zero=["DPOS", "DTIME"])(_hstu_bwd_dkdv)
-    _dq = triton.autotune(_configs([(32, 32, 4), (64, 32, 4), (64, 64, 4), (128, 64, 8), (128, 32, 4)]),
-                          key=_KEY)(_hstu_bwd_dq)
+    _fwd = triton.autotune(_configs([(64, 32, 4), (64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_fwd)
+    _dkdv = triton.autotune(_configs([(32, 64, 4), (64, 64, 4), (64, 128, 8)]), key=_KEY,
+                            reset_to_zero=["DPOS", "DTIME"])(_hstu_bwd_dkdv)
+    _dq = triton.autotune(_configs([(64, 32, 4), (64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_bwd_dq)
 
 
 def _common(q, k, v, offsets, scale, max_len, position_bias, time_bias, timestamps, query_timestamps
@@ -207,7 +209,7 @@ def _common(q, k, v, offsets, scale, max_len, position_bias, time_bias, timestam
         TS=timestamps if has_time else no_times, QTS=query_timestamps if has_time else no_times,
         stride_qn=q.stride(0), stride_qh=q.stride(1), stride_kn=k.stride(0), stride_kh=k.stride(1),
         stride_vn=v.stride(0), stride_vh=v.stride(1),
-        num_buckets=len(time_bias) - 1 if has_time else 0, L_KEY=triton.next_power_of_2(max_len),
+        num_buckets=len(time_bias) - 1 if has_time else 0, L_KEY=max(64, triton.next_power_of_2(max_len)),
         D_QK=d_qk, D_V=d_v, BLOCK_DQK=max(16, triton.next_power_of_2(d_qk)),
         BLOCK_DV=max(16, triton.next_power_of_2(d_v)), HAS_POS=position_bias is not None, HAS_TIME=has_time,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",

@@ -52,6 +52,8 @@ def jagged_to_padded(values: torch.Tensor, offsets: torch.Tensor, max_len: int, 
     blocks = _blocks(values.shape[1])
     padded = values.new_empty(len(offsets) - 1, max_len, values.shape[1])
     grid = (len(offsets) - 1, triton.cdiv(max_len, blocks["BLOCK_L"]))
+    if padded.numel() == 0:
+        return padded
     _jagged_to_padded[grid](values, offsets, padded, pad_value, max_len, values.shape[1], **blocks)
     return padded
 
@@ -62,5 +64,7 @@ def padded_to_jagged(padded: torch.Tensor, offsets: torch.Tensor, total: int) ->
     blocks = _blocks(padded.shape[2])
     values = padded.new_empty(total, padded.shape[2])
     grid = (len(offsets) - 1, triton.cdiv(padded.shape[1], blocks["BLOCK_L"]))
+    if values.numel() == 0:
+        return values
     _padded_to_jagged[grid](padded, offsets, values, padded.shape[1], padded.shape[2], **blocks)
     return values
