@@ -12,9 +12,11 @@ implementation gets the same batch, dtype and heads:
   padded batch (no bias; padding not timed): what a FlashAttention Transformer pays for the same shape;
 * ``flash_varlen`` — flash-attn's varlen kernel on the jagged batch, when the flash_attn package is installed.
 
-Times are CUDA-event medians over ``--steps`` calls after ``--warmup`` (Triton autotunes during the warm-up).
-TFLOP/s counts the same useful work for every implementation: ``2·pairs·H·(d_qk + d_v)`` forward and twice that
-backward, with ``pairs = sum_b n_b (n_b + 1) / 2`` the causal pairs of the jagged batch. Without CUDA the script
+Wall times are CUDA-event medians over ``--steps`` calls after ``--warmup`` (Triton autotunes during the
+warm-up): what a caller waits, host launch overhead included. GPU times are the summed durations of the kernels one
+call runs (torch's profiler, mean of 5 calls): what the GPU works. TFLOP/s (on GPU time) counts the same useful
+work for every implementation: ``2·pairs·H·(d_qk + d_v)`` forward and twice that backward, with
+``pairs = sum_b n_b (n_b + 1) / 2`` the causal pairs of the jagged batch. Without CUDA the script
 measures nothing (Triton's CPU interpreter says nothing about kernel speed) and exits with status 0.
 
 Usage::
@@ -84,21 +86,43 @@ def _time_ms(fn, warmup: int, steps: int) -> tuple[float, list[float]]:
     return statistics.median(times), times
 
 
+def _kernel_ms(fn, reps: int = 5) -> float | None:
+    """GPU time of one ``fn()`` in ms: the summed durations of the kernels and copies it runs (torch's profiler),
+    without the host's launch overhead; ``None`` where the profiler saw no GPU work."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return total_us / reps / 1000 if total_us > 0 else None
+
+
 def _measure(forward, leaves: list[torch.Tensor], args: argparse.Namespace) -> dict:
-    """Forward and forward+backward times (ms) and the peak memory of forward+backward above what was allocated."""
+    """Forward and forward+backward times in ms (wall: CUDA events, host overhead included; kernel: GPU time from
+    the profiler) and the peak memory of forward+backward above what was allocated before."""
     out = forward()
     grad_out = torch.randn_like(out)
-    fwd_ms, _ = _time_ms(lambda: forward(), args.warmup, args.steps)
 
     def fwd_bwd():
         torch.autograd.grad(forward(), leaves, grad_out)
 
+    fwd_ms, _ = _time_ms(lambda: forward(), args.warmup, args.steps)
+    fwd_bwd()  # autotuning (and its benchmarking buffers) before the memory count
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     fwd_bwd_ms, times = _time_ms(fwd_bwd, args.warmup, args.steps)
+    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+    try:
+        kernel = {"forward_kernel_ms": _kernel_ms(forward), "forward_backward_kernel_ms": _kernel_ms(fwd_bwd)}
+    except Exception as e:  # a profiler that cannot see the GPU: wall times only
+        kernel = {"kernel_ms_error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"forward_ms": fwd_ms, "forward_backward_ms": fwd_bwd_ms, "forward_backward_times_ms": times,
-            "peak_memory_mib": (torch.cuda.max_memory_allocated() - before) / 2**20}
+            "peak_memory_mib": peak, **kernel}
 
 
 def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
@@ -127,8 +151,13 @@ def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
         "triton": lambda: ops.hstu_attention(q, k, v, offsets, scale, longest, *bias_args),
         "padded": lambda: reference.hstu_attention(q, k, v, offsets, scale, longest, *bias_args),
     }
-    with torch.no_grad():
-        error = (impls["triton"]().float() - impls["padded"]().float()).abs().max().item()
+    grad_out = torch.randn(n_tokens, heads, args.d_v, device=device, dtype=dtype, generator=gen)
+    outputs = {name: fn() for name, fn in impls.items()}
+    grads = {name: torch.autograd.grad(out, leaves, grad_out) for name, out in outputs.items()}
+    errors = {"output": (outputs["triton"].float() - outputs["padded"].float()).abs().max().item()}
+    for key, got, expected in zip(("q", "k", "v", "position_bias", "time_bias"), grads["triton"], grads["padded"]):
+        errors[f"grad_{key}"] = (got.float() - expected.float()).abs().max().item() / expected.abs().max().item()
+    del outputs, grads
     results = {name: _measure(fn, leaves, args) for name, fn in impls.items()}
 
     # softmax attention of the same shape (no relative bias: flash kernels have none)
@@ -158,18 +187,20 @@ def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
 
     pairs = sum(n * (n + 1) // 2 for n in lengths)
     fwd_flop = 2 * pairs * heads * (args.d_qk + args.d_v)
-    for r in results.values():
-        if "forward_ms" in r:
-            r["forward_tflops"] = fwd_flop / (r["forward_ms"] * 1e-3) / 1e12
-            r["forward_backward_tflops"] = 3 * fwd_flop / (r["forward_backward_ms"] * 1e-3) / 1e12
+    timed = {name: r for name, r in results.items() if "forward_ms" in r}
+    for r in timed.values():
+        for key, flop in (("forward", fwd_flop), ("forward_backward", 3 * fwd_flop)):
+            r[f"{key}_tflops"] = flop / (r[f"{key}_ms"] * 1e-3) / 1e12
+            if r.get(f"{key}_kernel_ms"):
+                r[f"{key}_kernel_tflops"] = flop / (r[f"{key}_kernel_ms"] * 1e-3) / 1e12
     base = results["padded"]
-    ratios = {f"{name}_vs_padded": {"forward": base["forward_ms"] / r["forward_ms"],
-                                    "forward_backward": base["forward_backward_ms"] / r["forward_backward_ms"]}
-              for name, r in results.items() if name != "padded" and "forward_ms" in r}
+    ratios = {f"{name}_vs_padded": {key: base[key] / r[key] for key in (
+              "forward_ms", "forward_backward_ms", "forward_kernel_ms", "forward_backward_kernel_ms")
+              if base.get(key) and r.get(key)} for name, r in timed.items() if name != "padded"}
     return {"tokens": n_tokens, "sequences": batch, "longest": longest, "mean_length": n_tokens / batch,
             "median_length": statistics.median(lengths), "causal_pairs_per_head": pairs,
             "padded_pairs_per_head": batch * longest * (longest + 1) // 2, "forward_flop": fwd_flop,
-            "triton_max_abs_error_vs_padded": error, "results": results, "ratios": ratios}
+            "triton_error_vs_padded": errors, "results": results, "ratios": ratios}
 
 
 def other_ops(args: argparse.Namespace) -> list[dict]:
@@ -200,10 +231,11 @@ def other_ops(args: argparse.Namespace) -> list[dict]:
 
 
 def _print(payload: dict) -> None:
-    head = (f"{'N':>6} {'seqs':>5} {'longest':>7} | {'impl':>12} {'fwd ms':>8} {'fwd+bwd ms':>10} {'TFLOP/s':>8} "
-            f"{'padded/impl':>11} {'peak MiB':>9}")
+    head = (f"{'N':>6} {'seqs':>5} {'longest':>7} | {'impl':>12} {'fwd ms':>8} {'fwd+bwd ms':>10} {'GPU ms':>8} "
+            f"{'TFLOP/s':>8} {'padded/impl':>11} {'GPU ratio':>9} {'peak MiB':>9}")
     print(f"HSTU attention, {payload['heads']} heads, d_qk {payload['d_qk']}, d_v {payload['d_v']}, {payload['dtype']},"
-          f" {payload['environment']['cuda']} (TFLOP/s of fwd+bwd, useful jagged work):")
+          f" {payload['environment']['cuda']}: wall ms (CUDA events) and GPU ms (profiler) of fwd+bwd, TFLOP/s of "
+          "useful jagged work on GPU time, ratios = padded time / implementation time")
     print(head)
     print("-" * len(head))
     for case in payload["attention"]:
@@ -212,10 +244,15 @@ def _print(payload: dict) -> None:
                 print(f"{case['tokens']:>6} {case['sequences']:>5} {case['longest']:>7} | {name:>12} skipped: "
                       f"{r['skipped']}")
                 continue
-            ratio = case["ratios"].get(f"{name}_vs_padded", {}).get("forward_backward", 1.0)
+            ratio = case["ratios"].get(f"{name}_vs_padded", {})
+            gpu_ms = r.get("forward_backward_kernel_ms") or float("nan")
             print(f"{case['tokens']:>6} {case['sequences']:>5} {case['longest']:>7} | {name:>12} "
-                  f"{r['forward_ms']:>8.3f} {r['forward_backward_ms']:>10.3f} {r['forward_backward_tflops']:>8.2f} "
-                  f"{ratio:>10.2f}x {r['peak_memory_mib']:>9.1f}")
+                  f"{r['forward_ms']:>8.3f} {r['forward_backward_ms']:>10.3f} {gpu_ms:>8.3f} "
+                  f"{r.get('forward_backward_kernel_tflops', float('nan')):>8.2f} "
+                  f"{ratio.get('forward_backward_ms', 1.0):>10.2f}x "
+                  f"{ratio.get('forward_backward_kernel_ms', 1.0):>8.2f}x {r['peak_memory_mib']:>9.1f}")
+        print(f"{'':>21}triton vs padded, largest |difference| (gradients: relative to the largest value): "
+              + ", ".join(f"{k} {v:.2g}" for k, v in case["triton_error_vs_padded"].items()))
     for r in payload["other_ops"]:
         timing = (r["skipped"] if "skipped" in r else
                   f"fwd {r['forward_ms']:.3f} ms, fwd+bwd {r['forward_backward_ms']:.3f} ms")
@@ -251,8 +288,9 @@ def main() -> None:
                "lengths: log-normal, median max_len/6, sigma 1, capped at max_len", "max_len": args.max_len,
                "heads": args.heads, "d_qk": args.d_qk, "d_v": args.d_v, "dtype": args.dtype, "steps": args.steps,
                "warmup": args.warmup, "seed": args.seed, "triton": triton.__version__,
-               "timing": "CUDA-event median; TFLOP/s = useful jagged work (fwd 2·pairs·H·(d_qk+d_v), bwd twice "
-                         "that) / time for every implementation",
+               "timing": "wall: CUDA-event median (host overhead included); GPU: summed kernel durations "
+                         "(profiler); TFLOP/s = useful jagged work (fwd 2·pairs·H·(d_qk+d_v), bwd twice that) / "
+                         "time, the same count for every implementation",
                "attention": cases, "triton_configs": tuned, "other_ops": other_ops(args), **prov}
     _print(payload)
     write_json(Path(args.out), payload)

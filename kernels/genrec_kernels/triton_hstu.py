@@ -6,10 +6,11 @@
 for ``i, j`` positions within one sequence ``b`` (``bucket`` as :func:`genrec.models.attention.time_bucket`, in
 float32). One program handles one block of ``BLOCK_M`` queries (forward, dQ) or ``BLOCK_N`` keys (dK, dV) of one
 sequence and one head; it visits only the blocks on or below the diagonal of its own sequence, so the work follows
-``sum_b n_b²`` and nothing is padded. The bias gradients are summed with atomic adds (fp32).
+``sum_b n_b²`` and nothing is padded. The bias gradients are summed with atomic adds (fp32), after a reduction
+within each tile (per distance, per time bucket).
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU tensors through Triton's
-interpreter, with fixed small blocks; on CUDA the block sizes are autotuned (3 candidates per kernel) per length
+interpreter, with fixed small blocks; on CUDA the block sizes are autotuned (2 candidates per kernel) per length
 bucket, head dims, bias parts and dtype.
 """
 from __future__ import annotations
@@ -27,6 +28,30 @@ def _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets):
     kt = tl.load(TS + start + offs_n, mask=mask_n, other=0)
     gap = tl.maximum(tl.abs(qt[:, None] - kt[None, :]), 1).to(tl.float32)
     return tl.minimum((tl.log(gap) / 0.301).to(tl.int32), num_buckets)
+
+
+@triton.jit
+def _add_position_grad(DPOS, ds, m0, n0, n, BLOCK: tl.constexpr):
+    """``DPOS[i - j] += ds[i, j]`` for the square tile of queries ``i = m0 + r``, keys ``j = n0 + c``: the tile's
+    diagonals are summed first (a gather skews each into a column), so there is one atomic add per distance rather
+    than one per pair."""
+    rows, cols = tl.arange(0, BLOCK)[:, None], tl.arange(0, BLOCK)
+    skewed = tl.gather(ds, (rows - cols[None, :] + BLOCK) % BLOCK, axis=1)  # [r, c'] = ds[r, (r - c') mod BLOCK]
+    below = tl.sum(tl.where(rows >= cols[None, :], skewed, 0.0), axis=0)  # r - c = c'
+    above = tl.sum(tl.where(rows < cols[None, :], skewed, 0.0), axis=0)  # r - c = c' - BLOCK
+    distance = m0 - n0 + cols
+    tl.atomic_add(DPOS + distance, below, mask=(distance >= 0) & (distance < n))
+    tl.atomic_add(DPOS + distance - BLOCK, above, mask=(distance >= BLOCK) & (distance - BLOCK < n))
+
+
+@triton.jit
+def _add_time_grad(DTIME, ds, bucket, valid):
+    """``DTIME[bucket] += ds`` over a tile, one atomic add per bucket present in it (``ds`` is 0 where not
+    ``valid``). A tile spans few buckets, and atomic adds of many pairs to one bucket would queue on one address."""
+    lo = tl.min(tl.where(valid, bucket, 2**30))
+    hi = tl.max(tl.where(valid, bucket, -1))
+    for t in range(lo, hi + 1):
+        tl.atomic_add(DTIME + t, tl.sum(tl.where(bucket == t, ds, 0.0)))
 
 
 @triton.jit
@@ -78,7 +103,8 @@ def _hstu_bwd_dkdv(Q, K, V, DO, DK, DV, DPOS, DTIME, OFFSETS, SCALE, POS, TIME, 
                    HAS_POS: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Grid ``(cdiv(max_len, BLOCK_N), B, H)``: ``DK, DV`` of the block's keys (``DO, DK, DV`` laid out like
-    ``Q, K, V`` made contiguous), and the bias gradients ``DPOS, DTIME`` (fp32, atomically summed)."""
+    ``Q, K, V`` made contiguous), and the bias gradients ``DPOS, DTIME`` (fp32, atomically summed). Square tiles."""
+    tl.static_assert(BLOCK_M == BLOCK_N)
     pid_n, b, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start = tl.load(OFFSETS + b)
     n = tl.load(OFFSETS + b + 1) - start
@@ -95,7 +121,7 @@ def _hstu_bwd_dkdv(Q, K, V, DO, DK, DV, DPOS, DTIME, OFFSETS, SCALE, POS, TIME, 
     dv = tl.zeros((BLOCK_N, BLOCK_DV), dtype=tl.float32)
     heads = tl.num_programs(2)
     hi = tl.where(n0 < n, n, 0)
-    for m0 in range((n0 // BLOCK_M) * BLOCK_M, hi, BLOCK_M):  # queries from the block's first key on
+    for m0 in range(n0, hi, BLOCK_M):  # queries from the block's first key on
         offs_m = m0 + tl.arange(0, BLOCK_M)
         mask_m = offs_m < n
         q = tl.load(Q + (start + offs_m)[:, None] * stride_qn + h * stride_qh + offs_dqk[None, :],
@@ -117,9 +143,9 @@ def _hstu_bwd_dkdv(Q, K, V, DO, DK, DV, DPOS, DTIME, OFFSETS, SCALE, POS, TIME, 
         ds = tl.where(valid, dp * scale * sig * (1.0 + s * (1.0 - sig)), 0.0)  # d SiLU(s) / ds
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
         if HAS_POS:
-            tl.atomic_add(DPOS + tl.maximum(dist, 0), ds, mask=valid)
+            _add_position_grad(DPOS, ds, m0, n0, n, BLOCK_N)
         if HAS_TIME:
-            tl.atomic_add(DTIME + bucket, ds, mask=valid)
+            _add_time_grad(DTIME, ds, bucket, valid)
     tl.store(DK + ((start + offs_n)[:, None] * heads + h) * D_QK + offs_dqk[None, :], dk.to(DK.dtype.element_ty),
              mask=mask_kd)
     tl.store(DV + ((start + offs_n)[:, None] * heads + h) * D_V + offs_dv[None, :], dv.to(DV.dtype.element_ty),
@@ -189,10 +215,10 @@ if INTERPRETED:
     _fwd, _dkdv, _dq = _hstu_fwd, _hstu_bwd_dkdv, _hstu_bwd_dq
 else:
     _KEY = ["L_KEY", "BLOCK_DQK", "BLOCK_DV", "HAS_POS", "HAS_TIME"]
-    _fwd = triton.autotune(_configs([(64, 32, 4), (64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_fwd)
-    _dkdv = triton.autotune(_configs([(32, 64, 4), (64, 64, 4), (64, 128, 8)]), key=_KEY,
+    _fwd = triton.autotune(_configs([(64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_fwd)
+    _dkdv = triton.autotune(_configs([(32, 32, 4), (64, 64, 4)]), key=_KEY,
                             reset_to_zero=["DPOS", "DTIME"])(_hstu_bwd_dkdv)
-    _dq = triton.autotune(_configs([(64, 32, 4), (64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_bwd_dq)
+    _dq = triton.autotune(_configs([(64, 64, 4), (128, 64, 8)]), key=_KEY)(_hstu_bwd_dq)
 
 
 def _common(q, k, v, offsets, scale, max_len, position_bias, time_bias, timestamps, query_timestamps
