@@ -125,6 +125,27 @@ def _measure(forward, leaves: list[torch.Tensor], args: argparse.Namespace) -> d
             "peak_memory_mib": peak, **kernel}
 
 
+def _errors_vs_fp32(impls: dict, leaves: list[torch.Tensor], rest: tuple, gen) -> dict:
+    """Largest |difference| of each implementation's output and gradients (``q, k, v``, the two biases) from the
+    fp32 PyTorch reference, relative to the reference's largest magnitude."""
+    from genrec_kernels import reference
+
+    offsets, scale, longest, timestamps, queries = rest
+    exact = [t.detach().float().requires_grad_() for t in leaves]
+    q, k, v, position, time_bias = exact
+    out = reference.hstu_attention(q, k, v, offsets, scale.float(), longest, position, time_bias, timestamps, queries)
+    grad_out = torch.randn(out.shape, device=out.device, generator=gen)
+    expected = [out.detach(), *torch.autograd.grad(out, exact, grad_out)]
+    names = ("output", "grad_q", "grad_k", "grad_v", "grad_position_bias", "grad_time_bias")
+    errors = {}
+    for impl, fn in impls.items():
+        got = fn()
+        got = [got.detach(), *torch.autograd.grad(got, leaves, grad_out.to(got.dtype))]
+        errors[impl] = {name: ((g.float() - e).abs().max() / e.abs().max()).item()
+                        for name, g, e in zip(names, got, expected)}
+    return errors
+
+
 def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
     """One N: the batch, every implementation's times, TFLOP/s and the ratios to the padded reference."""
     from genrec_kernels import ops, reference
@@ -151,13 +172,7 @@ def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
         "triton": lambda: ops.hstu_attention(q, k, v, offsets, scale, longest, *bias_args),
         "padded": lambda: reference.hstu_attention(q, k, v, offsets, scale, longest, *bias_args),
     }
-    grad_out = torch.randn(n_tokens, heads, args.d_v, device=device, dtype=dtype, generator=gen)
-    outputs = {name: fn() for name, fn in impls.items()}
-    grads = {name: torch.autograd.grad(out, leaves, grad_out) for name, out in outputs.items()}
-    errors = {"output": (outputs["triton"].float() - outputs["padded"].float()).abs().max().item()}
-    for key, got, expected in zip(("q", "k", "v", "position_bias", "time_bias"), grads["triton"], grads["padded"]):
-        errors[f"grad_{key}"] = (got.float() - expected.float()).abs().max().item() / expected.abs().max().item()
-    del outputs, grads
+    errors = _errors_vs_fp32(impls, leaves, (offsets, scale, longest, timestamps, queries), gen)
     results = {name: _measure(fn, leaves, args) for name, fn in impls.items()}
 
     # softmax attention of the same shape (no relative bias: flash kernels have none)
@@ -200,7 +215,7 @@ def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
     return {"tokens": n_tokens, "sequences": batch, "longest": longest, "mean_length": n_tokens / batch,
             "median_length": statistics.median(lengths), "causal_pairs_per_head": pairs,
             "padded_pairs_per_head": batch * longest * (longest + 1) // 2, "forward_flop": fwd_flop,
-            "triton_error_vs_padded": errors, "results": results, "ratios": ratios}
+            "error_vs_fp32_reference": errors, "results": results, "ratios": ratios}
 
 
 def other_ops(args: argparse.Namespace) -> list[dict]:
@@ -251,8 +266,9 @@ def _print(payload: dict) -> None:
                   f"{r.get('forward_backward_kernel_tflops', float('nan')):>8.2f} "
                   f"{ratio.get('forward_backward_ms', 1.0):>10.2f}x "
                   f"{ratio.get('forward_backward_kernel_ms', 1.0):>8.2f}x {r['peak_memory_mib']:>9.1f}")
-        print(f"{'':>21}triton vs padded, largest |difference| (gradients: relative to the largest value): "
-              + ", ".join(f"{k} {v:.2g}" for k, v in case["triton_error_vs_padded"].items()))
+        for impl, errors in case["error_vs_fp32_reference"].items():
+            print(f"{'':>21}{impl} vs the fp32 reference, largest |difference| / largest |value|: "
+                  + ", ".join(f"{k} {v:.2g}" for k, v in errors.items()))
     for r in payload["other_ops"]:
         timing = (r["skipped"] if "skipped" in r else
                   f"fwd {r['forward_ms']:.3f} ms, fwd+bwd {r['forward_backward_ms']:.3f} ms")
