@@ -115,9 +115,10 @@ def training_tables(files: list[dict]) -> list[str]:
         out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
         resumed = sorted(r["name"] for r in runs if r.get("config", {}).get("resume_from"))
         if resumed:
-            out += [f"Resumed after an interruption (`resume_from=` the run's own `last.ckpt`, same run folder "
-                    f"and seed, the config as recorded in the file): {', '.join(f'`results/{n}.json`' for n in resumed)}; their train time "
-                    "counts the resumed part only.", ""]
+            names = ", ".join(f"`results/{n}.json`" for n in resumed)
+            out += [f"Resumed after an interruption (`resume_from=` the run's own `last.ckpt`, same run folder and "
+                    f"seed, the config as recorded in the file): {names}; their train time counts the resumed part "
+                    "only.", ""]
         out += below_baselines(by_model)
         out += comparison(dataset, by_model)
         out += NOTES.get(dataset, [])
