@@ -14,10 +14,10 @@ from typing import Any
 
 import hydra
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.errors import DataError
+from genrec.dist.checkpoint import load_weights
 from genrec.eval.baselines import BASELINES
 from genrec.eval.breakdown import breakdowns, rank_users
 from genrec.eval.plots import plot_evaluation
@@ -36,8 +36,7 @@ def load_run(run_dir: Path, checkpoint: str = "best"):
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items)
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
-    task.load_state_dict(state)
+    load_weights(ckpt_path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
     return cfg, datamodule, task.eval()
 
 

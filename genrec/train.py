@@ -15,12 +15,14 @@ from typing import Any
 import hydra
 import lightning as L
 import pandas as pd
+import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.errors import DataError
+from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task
@@ -37,9 +39,8 @@ def evaluate_baselines(cfg: DictConfig, datamodule) -> dict[str, dict[str, dict[
         if name not in BASELINES:
             raise KeyError(f"unknown baseline {name!r}; known: {sorted(BASELINES)}")
         scorer = BASELINES[name](datamodule.data)
-        out[name] = {split: evaluate(scorer, loader(), tuple(cfg.eval.ks), cfg.eval.exclude_history)
-                     for split, loader in (("valid", datamodule.val_dataloader),
-                                           ("test", datamodule.test_dataloader))}
+        out[name] = {split: evaluate(scorer, datamodule.eval_dataloader(split), tuple(cfg.eval.ks),
+                                     cfg.eval.exclude_history) for split in ("valid", "test")}
     return out
 
 
@@ -56,8 +57,33 @@ def format_table(rows: dict[str, dict[str, float]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.trainer`` as keyword arguments; with ``sharding.type`` set, the strategy is genrec's
+    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process."""
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    sharding = ShardingConfig.from_config(cfg.sharding)
+    if sharding.enabled:
+        if kwargs.get("strategy", "auto") != "auto":
+            raise ValueError(f"sharding={sharding.type} trains with genrec's TorchRecStrategy: leave trainer.strategy "
+                             f"at auto (got {kwargs['strategy']!r})")
+        kwargs["strategy"] = TorchRecStrategy(sharding)
+    return kwargs
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Train, select the best validation checkpoint, test it and write the run folder. Returns metrics.json."""
+    """Train, select the best validation checkpoint, test it and write the run folder. Returns metrics.json.
+
+    With several processes every process runs this function; rank 0 writes the results and returns them (the
+    other ranks return ``{}``). The process group, if the run started one, is closed at the end."""
+    try:
+        return _train_and_test(cfg, run_dir)
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(cfg.seed, workers=True)
@@ -65,7 +91,6 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     datamodule.setup()
     data = datamodule.data
     log.info("data: %s", data.summary())
-    baselines = evaluate_baselines(cfg, datamodule)
 
     task = build_task(cfg, data.num_items)
     monitor = f"val/{cfg.eval.monitor}"
@@ -75,13 +100,17 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.early_stop_patience:
         callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=cfg.early_stop_patience))
     csv_logger = CSVLogger(run_dir, name="logs", version="")
-    trainer = L.Trainer(**cfg.trainer, callbacks=callbacks, default_root_dir=run_dir,
+    trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                         logger=[csv_logger, TensorBoardLogger(run_dir, name="tensorboard", version="")])
     started = time.time()
-    trainer.fit(task, datamodule=datamodule)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.resume_from)
     train_seconds = time.time() - started
     valid = trainer.validate(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
     test = trainer.test(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+    if not trainer.is_global_zero:
+        return {}
+    baselines = evaluate_baselines(cfg, datamodule)
+    strategy = trainer.strategy
 
     metrics = {
         "dataset": data.summary(),
@@ -95,7 +124,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "best_epoch": _best_epoch(csv_logger, monitor),
         "epochs_run": trainer.current_epoch,
         "train_seconds": round(train_seconds, 1),
-        **provenance(),
+        "processes": trainer.world_size,
+        "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
+        **origin,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json(run_dir / "metrics.json", metrics)

@@ -7,7 +7,10 @@ from omegaconf import OmegaConf
 
 from genrec.data.datamodule import read_log
 from genrec.data.errors import DataError
+from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
+from genrec.tokenize.cli import build
+from genrec.train import trainer_arguments
 from genrec.training.builders import CONF_DIR
 from tests.shared import SHARED
 
@@ -17,16 +20,17 @@ USER_SUPPLIED = {"ml1m", "ml20m"}
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """The selectable options of a group (files starting with ``_`` are partials other options include)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], config: str = "train"):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
+        return compose(config, overrides=overrides)
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "loss", "trainer", "experiment", "index"):
+    for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding"):
         assert _options(group), group
 
 
@@ -88,6 +92,26 @@ def test_trainer_configs_build_a_trainer(name, tmp_path):
     L.Trainer(**trainer_cfg, default_root_dir=tmp_path, logger=False)
 
 
+@pytest.mark.parametrize("name", _options("sharding"))
+def test_sharding_configs_build_a_plan(name):
+    cfg = _compose([f"sharding={name}", "model.dim=16"])
+    sharding = ShardingConfig.from_config(cfg.sharding)
+    if name == "none":
+        assert not sharding.enabled and trainer_arguments(cfg)["strategy"] == "auto"
+        return
+    assert isinstance(trainer_arguments(cfg)["strategy"], TorchRecStrategy)
+    m = cfg.model
+    model = SequentialRecommender(instantiate(m.embedding, num_items=20), instantiate(m.encoder), m.similarity)
+    plan = build_plan(model, sharding, sharding.sharder("cpu"), 2, 2, "cpu")
+    (table,) = plan.plan["item_embedding.tables.collection"].values()
+    assert table.compute_kernel == "fused" and (name == "planner" or table.sharding_type == name)
+
+
+def test_sharding_with_another_strategy_is_an_error():
+    with pytest.raises(ValueError, match="leave trainer.strategy at auto"):
+        trainer_arguments(_compose(["sharding=row_wise", "trainer.strategy=ddp"]))
+
+
 def test_eval_config_composes():
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("eval", overrides=["run_dir=/tmp/x"])
@@ -110,3 +134,18 @@ def test_export_config_composes_with_every_index():
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("export", overrides=["run_dir=/tmp/x"])
     assert set(cfg.indexes) == set(_options("index")) and cfg.default_index in cfg.indexes
+@pytest.mark.parametrize("name", _options("tokenizer"))
+def test_tokenizer_configs_instantiate(name):
+    cfg = _compose([f"tokenizer={name}"], "tokenize")
+    quantizer = build(cfg.tokenizer)
+    assert (quantizer.num_levels, quantizer.codebook_size) == (cfg.tokenizer.num_levels, cfg.tokenizer.codebook_size)
+    assert cfg.tokenizer.name == name
+
+
+@pytest.mark.parametrize("name", _options("encoder"))
+def test_encoder_configs_instantiate(name):
+    cfg = _compose([f"encoder={name}"], "tokenize")
+    for key in OmegaConf.missing_keys(cfg):  # a path the user fills in (run_dir: ???)
+        OmegaConf.update(cfg, key, "placeholder")
+    assert callable(build(cfg.encoder).encode)
+    assert cfg.encoder.name == name

@@ -6,11 +6,12 @@ from typing import Any
 import lightning as L
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from genrec.data.batch import EvalSequences, TrainSequences, collate
 from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
+from genrec.data.samplers import EvenShardBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
 
 
@@ -45,30 +46,52 @@ class SequenceDataModule(L.LightningDataModule):
         batch_size / eval_batch_size: sequences per training / evaluation batch.
         num_workers: DataLoader workers.
         cache_dir: Parquet cache root (``None``: no cache).
+        seed: shuffling seed of the distributed training sampler.
+
+    Under a Trainer with several processes each loader serves this process's share (the Trainer runs with
+    ``use_distributed_sampler=False``): training users are shuffled and split by a ``DistributedSampler`` (batch
+    size per process); evaluation users are split so that every user is scored exactly once and every process
+    runs the same number of batches (a sharded table's lookups are collective calls).
     """
 
     def __init__(self, reader: dict | DictConfig, preprocess: dict | DictConfig | None = None, max_len: int = 50,
                  batch_size: int = 128, eval_batch_size: int = 512, num_workers: int = 0,
-                 cache_dir: str | None = None):
+                 cache_dir: str | None = None, seed: int = 0):
         super().__init__()
         self.reader, self.preprocess = _plain(reader), _plain(preprocess) or {}
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size
-        self.num_workers, self.cache_dir = num_workers, cache_dir
+        self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.data: SequenceData | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
             self.data = load_dataset(self.reader, self.preprocess, self.cache_dir)
 
-    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+    def _rank_and_world(self) -> tuple[int, int]:
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+
+    def _loader(self, dataset, **kwargs) -> DataLoader:
+        return DataLoader(dataset, collate_fn=collate, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(TrainSequences(self.data, self.max_len), self.batch_size, shuffle=True)
+        dataset = TrainSequences(self.data, self.max_len)
+        rank, world = self._rank_and_world()
+        if world == 1:
+            return self._loader(dataset, batch_size=self.batch_size, shuffle=True)
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
+        return self._loader(dataset, batch_size=self.batch_size, sampler=sampler)
+
+    def eval_dataloader(self, split: str, rank: int = 0, world: int = 1) -> DataLoader:
+        """Process ``rank``'s share of the ``"valid"`` or ``"test"`` users (by default: all of them)."""
+        dataset = EvalSequences(self.data, self.max_len, split)
+        if world == 1:
+            return self._loader(dataset, batch_size=self.eval_batch_size, shuffle=False)
+        return self._loader(dataset, batch_sampler=EvenShardBatchSampler(len(dataset), self.eval_batch_size,
+                                                                         rank, world))
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(EvalSequences(self.data, self.max_len, "valid"), self.eval_batch_size, shuffle=False)
+        return self.eval_dataloader("valid", *self._rank_and_world())
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(EvalSequences(self.data, self.max_len, "test"), self.eval_batch_size, shuffle=False)
+        return self.eval_dataloader("test", *self._rank_and_world())

@@ -1,4 +1,5 @@
 """Embedding modules built on TorchRec collections (unsharded here; genrec.dist shards them)."""
 from genrec.embedding.item_embedding import ItemEmbedding
+from genrec.embedding.tables import EmbeddingTables, TableConfig
 
-__all__ = ["ItemEmbedding"]
+__all__ = ["EmbeddingTables", "ItemEmbedding", "TableConfig"]

@@ -7,6 +7,7 @@ constant scores never give a free hit. Items removed from the ranking have score
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -66,6 +67,12 @@ class RankingMetrics:
         if self.count == 0:
             return {name: math.nan for name in self.names()}
         return {name: total / self.count for name, total in self.sums.items()}
+
+    def merge(self, reduce_sum: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Replace the local count and sums by their totals over processes: ``reduce_sum`` maps the
+        ``(1 + num_metrics,)`` float64 tensor of this process to the sum over all processes."""
+        totals = reduce_sum(torch.tensor([self.count, *self.sums.values()], dtype=torch.float64)).tolist()
+        self.count, self.sums = int(totals[0]), dict(zip(self.sums, totals[1:]))
 
 
 class Evaluator:

@@ -1,12 +1,14 @@
-"""Next-item losses over user states. Each loss gets the recommender to fetch the item vectors it needs, so
-similarity (dot or cosine) and the item table are defined in one place."""
+"""Next-item losses over user states.
+
+A loss works in two steps so that a training step looks items up once (see ItemEmbedding.forward_with_items):
+``item_ids(positive_ids, num_items)`` names the items whose vectors it needs, the recommender looks them up with
+the input items, and ``forward(queries, positive_ids, item_ids, item_vectors)`` computes the loss. The vectors come
+from the recommender, so the similarity (dot or cosine) used to train is the one used to rank."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from genrec.models.recommender import SequentialRecommender
 
 NEGATIVE_SOURCES = ("uniform", "in_batch", "mixed")
 
@@ -16,7 +18,7 @@ class SampledSoftmaxLoss(nn.Module):
 
     Args:
         num_negatives: uniform negatives drawn per batch (shared by every position: one ``(R, D)`` lookup), or per
-            position with ``per_position`` (an ``(M, R, D)`` lookup, as in Meta's HSTU code).
+            position with ``per_position`` (an ``(M * R, D)`` lookup, as in Meta's HSTU code).
         negatives: ``"uniform"`` (from ``1..num_items``), ``"in_batch"`` (the batch's other positives, with logQ
             correction for their in-batch frequency), or ``"mixed"`` (both).
         temperature: logits are divided by it (e.g. 0.05 with cosine similarity).
@@ -31,24 +33,45 @@ class SampledSoftmaxLoss(nn.Module):
         self.num_negatives, self.negatives, self.temperature = num_negatives, negatives, temperature
         self.per_position = per_position
 
-    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, model: SequentialRecommender
-                ) -> torch.Tensor:
-        """``queries (M, D)``, ``positive_ids (M,)`` -> mean loss (scalar)."""
-        pos_logits = (queries * model.item_vectors(positive_ids)).sum(-1, keepdim=True)  # (M, 1)
-        neg_logits = []
+    def _num_uniform(self, m: int) -> int:
+        """How many uniform negatives :meth:`item_ids` draws for ``m`` positives: ``R`` or ``M * R``."""
+        return m * self.num_negatives if self.per_position else self.num_negatives
+
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
+        """``(M,)`` positives -> ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
+        position-major) uniform negatives from ``1..num_items`` and/or the ``U`` distinct positives (in-batch
+        negatives), as configured."""
+        parts = [positive_ids]
         if self.negatives in ("uniform", "mixed"):
+            count = self._num_uniform(len(positive_ids))
+            parts.append(torch.randint(1, num_items + 1, (count,), device=positive_ids.device))
+        if self.negatives in ("in_batch", "mixed"):
+            parts.append(torch.unique(positive_ids))
+        return torch.cat(parts)
+
+    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
+                item_vectors: torch.Tensor) -> torch.Tensor:
+        """``queries (M, D)``, ``positive_ids (M,)``, ``item_ids (C,)`` from :meth:`item_ids` and their
+        ``item_vectors (C, D)`` -> mean loss (scalar)."""
+        m = len(positive_ids)
+        pos_logits = (queries * item_vectors[:m]).sum(-1, keepdim=True)  # (M, 1)
+        neg_logits, start = [], m
+        if self.negatives in ("uniform", "mixed"):
+            count = self._num_uniform(m)
+            ids, vectors = item_ids[start:start + count], item_vectors[start:start + count]
+            start += count
             if self.per_position:
-                ids = torch.randint(1, model.num_items + 1, (len(queries), self.num_negatives), device=queries.device)
-                logits = torch.einsum("md,mrd->mr", queries, model.item_vectors(ids))  # (M, R)
+                ids = ids.view(m, self.num_negatives)  # (M, R)
+                logits = torch.einsum("md,mrd->mr", queries, vectors.view(m, self.num_negatives, -1))
                 hits = ids == positive_ids[:, None]
             else:
-                ids = torch.randint(1, model.num_items + 1, (self.num_negatives,), device=queries.device)
-                logits = queries @ model.item_vectors(ids).T  # (M, R)
+                logits = queries @ vectors.T  # (M, R)
                 hits = ids[None, :] == positive_ids[:, None]
             neg_logits.append(logits.masked_fill(hits, float("-inf")))
         if self.negatives in ("in_batch", "mixed"):
-            ids, counts = torch.unique(positive_ids, return_counts=True)
-            logits = queries @ model.item_vectors(ids).T - torch.log(counts / len(positive_ids))[None, :]
+            ids, vectors = item_ids[start:], item_vectors[start:]
+            counts = torch.unique(positive_ids, return_counts=True)[1]  # same order as ids
+            logits = queries @ vectors.T - torch.log(counts / m)[None, :]
             neg_logits.append(logits.masked_fill(ids[None, :] == positive_ids[:, None], float("-inf")))
         logits = torch.cat([pos_logits, *neg_logits], dim=1) / self.temperature
         return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
@@ -61,9 +84,15 @@ class FullSoftmaxLoss(nn.Module):
         super().__init__()
         self.temperature = temperature
 
-    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, model: SequentialRecommender
-                ) -> torch.Tensor:
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
+        """Every item ``1..num_items`` (padding left out): ``(num_items,)``."""
+        return torch.arange(1, num_items + 1, device=positive_ids.device)
+
+    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
+                item_vectors: torch.Tensor) -> torch.Tensor:
+        """``queries (M, D)``, ``positive_ids (M,)``, ``item_vectors (num_items, D)`` of items ``1..num_items``
+        -> mean loss (scalar)."""
         # the temperature scales the (M, D) queries, not the (M, num_items) logits: the same logits for one pass
         # over the small side (bit-identical at temperature 1)
-        logits = (queries / self.temperature) @ model.all_item_vectors()[1:].T  # (M, num_items): padding left out
+        logits = (queries / self.temperature) @ item_vectors.T  # (M, num_items)
         return F.cross_entropy(logits, positive_ids - 1)

@@ -42,6 +42,14 @@ class SequentialRecommender(nn.Module):
         embeddings = self.item_embedding(batch.to_kjt())
         return self._norm(self.encoder(embeddings, batch.offsets, batch.timestamps, batch.query_timestamps))
 
+    def training_loss(self, batch: JaggedBatch, loss: nn.Module) -> torch.Tensor:
+        """Mean next-item loss over the ``N`` positions of a training batch. The input items and the items
+        ``loss`` scores are looked up together: one call into the embedding collection per step."""
+        item_ids = loss.item_ids(batch.target_ids, self.num_items)
+        inputs, items = self.item_embedding.forward_with_items(batch.to_kjt(), item_ids)
+        states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
+        return loss(states, batch.target_ids, item_ids, self._norm(items))
+
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
         return self.encode(batch)[batch.last_positions()]
@@ -54,8 +62,10 @@ class SequentialRecommender(nn.Module):
         """``(num_items + 1, D)`` every item's vector (row 0 is padding)."""
         return self._norm(self.item_embedding.table())
 
-    def score_all(self, batch: JaggedBatch) -> torch.Tensor:
-        """``(B, num_items + 1)`` score of every item for each sequence; the padding column is ``-inf``."""
-        scores = self.user_embeddings(batch) @ self.all_item_vectors().T
+    def score_all(self, batch: JaggedBatch, item_vectors: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, num_items + 1)`` score of every item for each sequence; the padding column is ``-inf``.
+        ``item_vectors``: :meth:`all_item_vectors`, when the caller computed it once for many batches."""
+        item_vectors = self.all_item_vectors() if item_vectors is None else item_vectors
+        scores = self.user_embeddings(batch) @ item_vectors.T
         scores[:, PAD_ITEM] = float("-inf")
         return scores

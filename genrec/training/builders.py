@@ -17,7 +17,7 @@ def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
     d = cfg.data
     return SequenceDataModule(reader=d.reader, preprocess=d.preprocess, max_len=d.max_len,
                               batch_size=d.batch_size, eval_batch_size=d.eval_batch_size,
-                              num_workers=d.num_workers, cache_dir=d.cache_dir)
+                              num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed)
 
 
 def build_task(cfg: DictConfig, num_items: int) -> RetrievalTask:

@@ -68,3 +68,19 @@ def test_evaluator_history_removal_changes_rank():
     assert ranks.tolist() == [0, 1]  # user 0 saw item 1 (removed) -> target first; user 1 still has item 1 ahead
     without = Evaluator(ks=(1,), exclude_history=False)
     assert without.update(scores.clone(), batch).tolist() == [1, 1]
+
+
+def test_merged_shards_equal_one_pass_over_all_users():
+    """Per-process sums merged by a sum over processes give the metrics of all users in one process (not the
+    mean of per-process means, which weights unequal shards wrongly)."""
+    ranks = torch.tensor([0, 4, 12, 1, 30, 2, 9])
+    whole = RankingMetrics(ks=(1, 5))
+    whole.update(ranks, num_items=50)
+    shards = [RankingMetrics(ks=(1, 5)) for _ in range(2)]
+    shards[0].update(ranks[:2], num_items=50)
+    shards[1].update(ranks[2:], num_items=50)
+    local = [torch.tensor([s.count, *s.sums.values()], dtype=torch.float64) for s in shards]
+    for s in shards:
+        s.merge(lambda totals: local[0] + local[1])
+        assert s.count == 7
+        assert s.compute() == pytest.approx(whole.compute(), abs=1e-12)

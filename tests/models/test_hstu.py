@@ -257,7 +257,7 @@ def test_training_reduces_loss_on_a_learnable_pattern():
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     loss_fn, first = FullSoftmaxLoss(), None
     for _ in range(150):
-        loss = loss_fn(model.encode(batch), batch.target_ids, model)
+        loss = model.training_loss(batch, loss_fn)
         first = first if first is not None else loss.item()
         opt.zero_grad()
         loss.backward()

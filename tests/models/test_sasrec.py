@@ -68,10 +68,15 @@ def test_score_all_equals_explicit_products(similarity):
     assert torch.allclose(scores[:, 1:], expected[:, 1:], atol=1e-5)
 
 
+def _loss(loss_fn, q, pos, model):
+    ids = loss_fn.item_ids(pos, model.num_items)
+    return loss_fn(q, pos, ids, model.item_vectors(ids))
+
+
 def test_full_softmax_equals_cross_entropy_over_items():
     model = _model()
     q, pos = torch.randn(5, 16), torch.tensor([1, 7, 30, 2, 2])
-    loss = FullSoftmaxLoss(temperature=0.5)(q, pos, model)
+    loss = _loss(FullSoftmaxLoss(temperature=0.5), q, pos, model)
     logits = q @ model.item_embedding.table()[1:].T / 0.5
     assert torch.allclose(loss, F.cross_entropy(logits, pos - 1))
 
@@ -80,7 +85,7 @@ def test_sampled_softmax_uniform_matches_reference_and_masks_hits():
     model = _model()
     q, pos = torch.randn(4, 16), torch.tensor([3, 5, 5, 9])
     torch.manual_seed(1)
-    loss = SampledSoftmaxLoss(num_negatives=20, negatives="uniform", temperature=0.1)(q, pos, model)
+    loss = _loss(SampledSoftmaxLoss(num_negatives=20, negatives="uniform", temperature=0.1), q, pos, model)
     torch.manual_seed(1)
     neg = torch.randint(1, 31, (20,))
     table = model.item_embedding.table()
@@ -93,13 +98,28 @@ def test_sampled_softmax_uniform_matches_reference_and_masks_hits():
 def test_in_batch_negatives_use_other_positives_with_logq():
     model = _model()
     q, pos = torch.randn(3, 16), torch.tensor([4, 4, 6])
-    loss = SampledSoftmaxLoss(negatives="in_batch")(q, pos, model)
+    loss = _loss(SampledSoftmaxLoss(negatives="in_batch"), q, pos, model)
     table = model.item_embedding.table()
     ids, counts = torch.tensor([4, 6]), torch.tensor([2.0, 1.0])
     neg = q @ table[ids].T - torch.log(counts / 3)
     neg = neg.masked_fill(ids[None] == pos[:, None], float("-inf"))
     logits = torch.cat([(q * table[pos]).sum(-1, keepdim=True), neg], 1)
     assert torch.allclose(loss, F.cross_entropy(logits, torch.zeros(3, dtype=torch.long)), atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", [FullSoftmaxLoss(), SampledSoftmaxLoss(num_negatives=7, negatives="mixed")])
+def test_training_loss_looks_up_once_and_equals_separate_lookups(loss_fn):
+    model = _model()
+    batch = _batch([[1, 2, 3], [4, 5]])
+    batch.target_ids = torch.tensor([2, 3, 9, 5, 6])
+    calls = []
+    model.item_embedding.tables.collection.register_forward_hook(lambda *args: calls.append(1))
+    torch.manual_seed(3)
+    loss = model.training_loss(batch, loss_fn)
+    assert len(calls) == 1
+    torch.manual_seed(3)
+    expected = _loss(loss_fn, model.encode(batch), batch.target_ids, model)
+    assert torch.allclose(loss, expected, atol=1e-6)
 
 
 def test_item_ids_out_of_range_name_the_feature():
@@ -117,7 +137,7 @@ def test_training_reduces_loss_on_a_learnable_pattern():
     loss_fn = FullSoftmaxLoss()
     first = None
     for _ in range(150):
-        loss = loss_fn(model.encode(batch), batch.target_ids, model)
+        loss = model.training_loss(batch, loss_fn)
         first = first if first is not None else loss.item()
         opt.zero_grad()
         loss.backward()
@@ -129,7 +149,7 @@ def test_sampled_softmax_per_position_draws_negatives_for_every_position():
     model = _model()
     q, pos = torch.randn(4, 16), torch.tensor([3, 5, 5, 9])
     torch.manual_seed(2)
-    loss = SampledSoftmaxLoss(num_negatives=20, temperature=0.1, per_position=True)(q, pos, model)
+    loss = _loss(SampledSoftmaxLoss(num_negatives=20, temperature=0.1, per_position=True), q, pos, model)
     torch.manual_seed(2)
     neg = torch.randint(1, 31, (4, 20))
     table = model.item_embedding.table()

@@ -1,0 +1,71 @@
+"""End to end: genrec-tokenize writes a loadable SID table with its health report; bad input is one line."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from genrec.tokenize import SIDTable
+from genrec.tokenize import cli
+from genrec.training.builders import CONF_DIR
+
+TINY_DATA = ["data.reader.num_users=300", "data.reader.num_items=150", "data.reader.num_clusters=6",
+             "encoder=categorical", "threads=1"]
+
+
+def _run(tmp_path, overrides):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("tokenize", overrides=TINY_DATA + [f"data.cache_dir={tmp_path / 'cache'}"] + overrides)
+    return cfg, cli.run(cfg, tmp_path / "run")
+
+
+# rqvae: 18 distinct category + brand vectors for ~150 items, so collisions are certain; balanced residual
+# k-means keeps <= ceil(N/16) items per first-level code, so a free last-level code always exists
+@pytest.mark.parametrize("tokenizer, collisions, fields, size", [
+    ("rkmeans_balanced", "nearest_free", "[categories,brand,title]", 16),
+    ("rqvae", "extra_level", "[categories,brand]", 8)])
+def test_run_writes_a_loadable_table_and_health_report(tmp_path, tokenizer, collisions, fields, size):
+    overrides = [f"tokenizer={tokenizer}", f"collisions={collisions}", f"encoder.fields={fields}",
+                 f"tokenizer.codebook_size={size}", "tokenizer.num_levels=2"]
+    if tokenizer == "rqvae":
+        overrides += ["tokenizer.epochs=5", "tokenizer.hidden_dims=[32]", "tokenizer.latent_dim=8",
+                      "tokenizer.batch_size=64"]
+    cfg, metrics = _run(tmp_path, overrides)
+    run_dir = tmp_path / "run"
+    for name in ("config.yaml", "metrics.json", "health.png", "sid_table.parquet", "sid_table.safetensors"):
+        assert (run_dir / name).exists(), name
+    assert (run_dir / "training.png").exists() == (tokenizer == "rqvae")
+    table = SIDTable.load(run_dir)
+    assert table.num_items == metrics["dataset"]["items"] > 100
+    np.testing.assert_array_equal(table.item_of(table.codes[1:]), np.arange(1, table.num_items + 1))
+    assert table.config["tokenizer"]["name"] == tokenizer and table.config["collisions"] == collisions
+    health = json.loads((run_dir / "metrics.json").read_text())["health"]
+    assert health["collisions_after"]["colliding_items"] == 0
+    if tokenizer == "rqvae":
+        assert health["collisions_before"]["colliding_items"] > 0
+    assert [level["kind"] for level in health["levels"]] == ["semantic", "semantic"] + (
+        ["collision"] if collisions == "extra_level" else [])
+    assert table.num_levels == len(health["levels"]) and table.semantic_levels == 2
+    assert health["reconstruction"]["relative"] < (1 if tokenizer != "rqvae" else 10)  # rqvae: 5 epochs only
+    assert health["prefixes"][-1]["max_items"] == 1 and metrics["commit"]
+
+
+def test_cli_reports_bad_embedding_file_in_one_line(tmp_path):
+    bad = tmp_path / "emb.npy"
+    np.save(bad, np.zeros((7, 4), dtype=np.float32))
+    proc = subprocess.run([sys.executable, "-m", "genrec.tokenize", *TINY_DATA[:3], "encoder=file",
+                           f"encoder.path={bad}", f"data.cache_dir={tmp_path / 'cache'}",
+                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"genrec-tokenize: error: {bad}: has shape (7, 4); expected (" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_same_seed_same_table(tmp_path):
+    overrides = ["tokenizer=rqvae", "tokenizer.codebook_size=8", "tokenizer.num_levels=2", "tokenizer.epochs=3",
+                 "tokenizer.hidden_dims=[32]", "tokenizer.latent_dim=8", "encoder.fields=[categories,brand,title]"]
+    hashes = [_run(tmp_path / f"run{i}", overrides + [f"seed={seed}"])[1]["sid_table"]["content_hash"]
+              for i, seed in enumerate((0, 0, 1))]
+    assert hashes[0] == hashes[1] != hashes[2]
