@@ -1,9 +1,21 @@
-"""Fixtures shared by several test folders."""
-import pytest
-from hydra import compose, initialize_config_dir
+"""Fixtures shared by several test folders.
 
-from genrec import train as train_entry
-from genrec.training.builders import CONF_DIR
+Without a GPU, the kernel tests (tests/kernels) run Triton on CPU tensors through Triton's interpreter, which needs
+``TRITON_INTERPRET=1`` before triton is first imported (lightning imports it): hence first thing here. It changes
+nothing else: the attention switch's ``auto`` chooses Triton on CUDA tensors only.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from genrec import train as train_entry  # noqa: E402
+from genrec.training.builders import CONF_DIR  # noqa: E402
 
 #: A tiny synthetic run: ~300 users, 120 items, one epoch (about 15 s on 2 cores).
 TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",

@@ -52,7 +52,8 @@ class HSTUBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, layout: JaggedLayout, attend, timestamps: torch.Tensor | None,
                 query_timestamps: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
-        """``x (N, D)`` -> ``(N, D)``; ``attend`` an HSTU attention implementation, ``scale (B,)`` = 1 / n."""
+        """``x (N, D)`` -> ``(N, D)``; ``attend`` an HSTU attention implementation (an
+        :class:`~genrec.models.attention.registry.AttentionImpl`), ``scale (B,)`` = 1 / n."""
         n, h = len(x), self.num_heads
         uvqk = self.uvqk(self._norm(x, self.input_norm))
         if self.variant == "paper":
@@ -64,8 +65,15 @@ class HSTUBlock(nn.Module):
         time = self.time_bias if timestamps is not None else None
         bias = RelativeBias(self.position_bias, time, timestamps, query_timestamps)
         bias = bias if bias.position is not None or bias.time is not None else None
-        a = attend(q.reshape(n, h, -1), k.reshape(n, h, -1), v.reshape(n, h, -1), layout, bias, scale)
-        return x + self.out(self.drop(u * self._norm(a.reshape(n, -1), self.output_norm)))
+        a = attend.fn(q.reshape(n, h, -1), k.reshape(n, h, -1), v.reshape(n, h, -1), layout, bias, scale)
+        a = a.reshape(n, -1)
+        if attend.output is not None:  # the implementation's fused u * LayerNorm(a)
+            norm = self.output_norm
+            y = attend.output(u, a, None if norm is None else norm.weight, None if norm is None else norm.bias,
+                              self.eps)
+        else:
+            y = u * self._norm(a, self.output_norm)
+        return x + self.out(self.drop(y))
 
 
 class HSTU(SequenceEncoder):
@@ -82,7 +90,8 @@ class HSTU(SequenceEncoder):
         denominator: ``n`` in ``A = SiLU(·) / n`` — ``"max_len"`` (the padded length, as in Meta's code) or
             ``"length"`` (each sequence's own length).
         variant: ``"paper"`` or ``"production"`` (see the module doc).
-        attention: implementation name for :mod:`genrec.models.attention` (``auto``, ``padded``, ``jagged``, ...).
+        attention: implementation name for :mod:`genrec.models.attention`: ``auto``, ``padded`` (the reference),
+            ``jagged`` or ``triton`` (genrec_kernels: CUDA, or CPU under ``TRITON_INTERPRET=1``).
     """
 
     def __init__(self, dim: int = 50, num_layers: int = 2, num_heads: int = 1, attention_dim: int = 50,
@@ -111,7 +120,7 @@ class HSTU(SequenceEncoder):
         layout = JaggedLayout(offsets)
         if layout.max_len > self.max_len:
             raise ValueError(f"a sequence has {layout.max_len} items but HSTU was built with max_len={self.max_len}")
-        attend = resolve("hstu", self.attention, embeddings).fn
+        attend = resolve("hstu", self.attention, embeddings)
         if self.denominator == "max_len":
             scale = embeddings.new_full((layout.batch_size,), 1.0 / self.max_len)
         else:

@@ -1,5 +1,5 @@
 """Attention implementations behind one config switch (``model.encoder.attention``); see :mod:`.registry`."""
-from genrec.models.attention import hstu, softmax  # noqa: F401  (registers the built-in implementations)
+from genrec.models.attention import hstu, kernels, softmax  # noqa: F401  (registers the implementations)
 from genrec.models.attention.hstu import RelativeBias, time_bucket
 from genrec.models.attention.registry import AUTO, check_name, names, register, resolve
 

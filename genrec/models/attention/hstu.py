@@ -10,13 +10,13 @@ Two implementations:
   ``B · max_i n_i²``. It gives the same result as ``"padded"``.
 
 Both take the bias as its inputs (:class:`RelativeBias`) rather than as a dense matrix, so a fused kernel can build
-it in place. Padding uses fbgemm's jagged <-> dense ops (fbgemm comes with TorchRec).
+it in place. Padding uses fbgemm's jagged <-> dense ops (fbgemm comes with TorchRec; imported on first use, so the
+bias helpers load without it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -83,6 +83,8 @@ class RelativeBias:
 
 def _to_padded(values: torch.Tensor, offsets: torch.Tensor, length: int) -> torch.Tensor:
     """``(n, H, d)`` jagged -> ``(G, H, L, d)`` zero-padded."""
+    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
+
     n, heads, d = values.shape
     dense = torch.ops.fbgemm.jagged_to_padded_dense(values.reshape(n, heads * d), [offsets], [length], 0.0)
     return dense.view(len(offsets) - 1, length, heads, d).transpose(1, 2)

@@ -12,7 +12,9 @@ Families and their call signatures:
 ``"auto"`` picks, per call, the available implementation with the lowest ``auto_rank``; implementations registered
 without a rank (the padded references) run only when named. A kernel package adds itself with
 ``register("hstu", "triton", fn, available=lambda t: t.is_cuda, auto_rank=0)`` and is then chosen by ``auto``
-wherever it can run, with the PyTorch reference still there to test it against.
+wherever it can run, with the PyTorch reference still there to test it against (``"triton"`` is registered so by
+:mod:`genrec.models.attention.kernels`). ``auto_available`` narrows where ``auto`` may choose an implementation
+that can run more widely when named (Triton's CPU interpreter: correct, far too slow to be picked by default).
 """
 from __future__ import annotations
 
@@ -28,13 +30,18 @@ CONFIG_KEY = "model.encoder.attention"
 @dataclass(frozen=True)
 class AttentionImpl:
     """One implementation. ``available(t)`` says whether it can run on tensors like ``t`` (device, dtype) in this
-    environment; ``auto_rank`` orders the candidates of ``"auto"`` (lower first; ``None``: never chosen by auto)."""
+    environment; ``auto_rank`` orders the candidates of ``"auto"`` (lower first; ``None``: never chosen by auto);
+    ``auto_available(t)`` (default: ``available``) says where ``"auto"`` may choose it. ``output`` (family
+    ``"hstu"``, optional) is a fused ``output(u, a, weight, bias, eps) = u * LayerNorm(a)`` for HSTU's output path
+    that goes with this implementation: ``u, a (N, E)``, ``weight, bias (E,)`` or ``None`` -> ``(N, E)``."""
 
     name: str
     fn: Callable[..., torch.Tensor]
     available: Callable[[torch.Tensor], bool]
     auto_rank: int | None
     requirement: str
+    auto_available: Callable[[torch.Tensor], bool] | None = None
+    output: Callable[..., torch.Tensor] | None = None
 
 
 _REGISTRY: dict[str, dict[str, AttentionImpl]] = {"softmax": {}, "hstu": {}}
@@ -46,14 +53,16 @@ def _always(_: torch.Tensor) -> bool:
 
 def register(family: str, name: str, fn: Callable[..., torch.Tensor],
              available: Callable[[torch.Tensor], bool] = _always, auto_rank: int | None = None,
-             requirement: str = "") -> Callable[..., torch.Tensor]:
+             requirement: str = "", auto_available: Callable[[torch.Tensor], bool] | None = None,
+             output: Callable[..., torch.Tensor] | None = None) -> Callable[..., torch.Tensor]:
     """Add ``fn`` as implementation ``name`` of ``family``; ``requirement`` explains ``available`` in error
-    messages (e.g. ``"CUDA tensors in fp16/bf16 and the flash_attn package"``). Returns ``fn``."""
+    messages (e.g. ``"CUDA tensors in fp16/bf16 and the flash_attn package"``); ``auto_available`` and ``output``
+    as in :class:`AttentionImpl`. Returns ``fn``."""
     if family not in _REGISTRY:
         raise ValueError(f"unknown attention family {family!r}; known: {sorted(_REGISTRY)}")
     if name == AUTO or name in _REGISTRY[family]:
         raise ValueError(f"attention implementation {family}/{name} is already defined")
-    _REGISTRY[family][name] = AttentionImpl(name, fn, available, auto_rank, requirement)
+    _REGISTRY[family][name] = AttentionImpl(name, fn, available, auto_rank, requirement, auto_available, output)
     return fn
 
 
@@ -77,7 +86,7 @@ def resolve(family: str, name: str, like: torch.Tensor) -> AttentionImpl:
     if name == AUTO:
         ranked = sorted((i for i in impls.values() if i.auto_rank is not None), key=lambda i: i.auto_rank)
         for impl in ranked:
-            if impl.available(like):
+            if (impl.auto_available or impl.available)(like):
                 return impl
         raise ValueError(f"no {family} attention implementation can run on {like.device} {like.dtype}")
     impl = impls.get(check_name(family, name))
