@@ -21,6 +21,7 @@ from genrec.dist.checkpoint import load_weights
 from genrec.eval.baselines import BASELINES
 from genrec.eval.breakdown import breakdowns, rank_users
 from genrec.eval.plots import plot_evaluation
+from genrec.models.generative import BeamScorer, GenerativeRecommender
 from genrec.train import format_table
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task
 from genrec.utils.provenance import provenance, write_json
@@ -35,19 +36,23 @@ def load_run(run_dir: Path, checkpoint: str = "best"):
     cfg = OmegaConf.load(config_path)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    task = build_task(cfg, datamodule.data.num_items)
+    task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids)
     load_weights(ckpt_path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
     return cfg, datamodule, task.eval()
 
 
 def _evaluate(score_fn, datamodule, cfg: DictConfig, ks: tuple[int, ...], exclude: bool) -> dict[str, Any]:
-    """Validation and test metrics of one scorer, and the test breakdowns."""
-    valid = rank_users(score_fn, datamodule.val_dataloader(), ks, exclude)
-    test = rank_users(score_fn, datamodule.test_dataloader(), ks, exclude)
+    """Validation and test metrics of one scorer, and the test breakdowns; a generative model's
+    :class:`BeamScorer` adds ``invalid_rate`` (decoded tuples that are no item) to each split's metrics."""
+    ranked = {}
+    for split, loader in (("valid", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
+        ranked[split] = rank_users(score_fn, loader, ks, exclude)
+        if isinstance(score_fn, BeamScorer):
+            ranked[split].metrics["invalid_rate"] = score_fn.pop_invalid_rate()
     b = cfg.breakdowns
-    return {"metrics": {"valid": valid.metrics, "test": test.metrics},
-            "breakdowns": breakdowns(test, datamodule.data, ks, list(b.history_edges), list(b.popularity_edges),
-                                     b.cold_max_count)}
+    return {"metrics": {split: r.metrics for split, r in ranked.items()},
+            "breakdowns": breakdowns(ranked["test"], datamodule.data, ks, list(b.history_edges),
+                                     list(b.popularity_edges), b.cold_max_count)}
 
 
 def _same_dataset(first, second, first_dir: Path, second_dir: Path) -> None:
@@ -67,12 +72,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     ks = tuple(cfg.ks or first_cfg.eval.ks)
     exclude = first_cfg.eval.exclude_history if cfg.exclude_history is None else cfg.exclude_history
 
+    for _, _, task in loaded:
+        if isinstance(task.model, GenerativeRecommender):  # it removes the history inside the beam
+            task.model.exclude_history = exclude
+    scorers = [task.model.scorer() if isinstance(task.model, GenerativeRecommender) else task.model.score_all
+               for _, _, task in loaded]
     names = [c.model.name for c, _, _ in loaded]
     models = {}
-    for i, (run_dir, name, (train_cfg, dm, task)) in enumerate(zip(run_dirs, names, loaded)):
+    for i, (run_dir, name, (train_cfg, dm, _), scorer) in enumerate(zip(run_dirs, names, loaded, scorers)):
         label = name if names.count(name) == 1 else f"{name} #{i + 1}"
         models[label] = {"run_dir": str(run_dir), "checkpoint": cfg.checkpoint, "model": name,
-                         "seed": train_cfg.seed, **_evaluate(task.model.score_all, dm, cfg, ks, exclude)}
+                         "seed": train_cfg.seed, **_evaluate(scorer, dm, cfg, ks, exclude)}
     baselines = {}
     for name in cfg.baselines or []:
         if name not in BASELINES:

@@ -15,6 +15,7 @@ from typing import Any
 import hydra
 import lightning as L
 import pandas as pd
+import torch
 import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
@@ -25,7 +26,7 @@ from genrec.data.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
-from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from genrec.training.builders import CONF_DIR, build_datamodule, build_task, is_generative
 from genrec.training.plots import plot_curves
 from genrec.utils.provenance import REPO_ROOT, provenance, write_json
 
@@ -86,13 +87,15 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if cfg.get("threads"):
+        torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     data = datamodule.data
     log.info("data: %s", data.summary())
 
-    task = build_task(cfg, data.num_items)
+    task = build_task(cfg, data.num_items, data.item_raw_ids)
     monitor = f"val/{cfg.eval.monitor}"
     checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor=monitor, mode="max",
                                  save_last=True)
@@ -118,11 +121,13 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "seed": cfg.seed,
         "protocol": {"split": "leave-one-out (valid: second-to-last, test: last)", "ranking": "full corpus",
                      "exclude_history": cfg.eval.exclude_history, "monitor": monitor},
+        **(_generative_info(cfg, task.model) if is_generative(cfg) else {}),
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
         "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
         "best_epoch": _best_epoch(csv_logger, monitor),
         "epochs_run": trainer.current_epoch,
+        "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
@@ -136,10 +141,24 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
     columns = [f"{m}@{k}" for k in cfg.eval.ks for m in ("recall", "ndcg")] + ["mrr"]
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
+    if is_generative(cfg):
+        print(f"\nInvalid semantic IDs among the decoded top-{task.model.top_k}: "
+              f"{metrics['metrics']['test']['invalid_rate']:.2%} (constrained: {task.model.constrained})")
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
           f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n{format_table(rows, columns)}\n"
           f"run folder: {run_dir}")
     return metrics
+
+
+def _generative_info(cfg: DictConfig, model) -> dict[str, Any]:
+    """What a generative run's numbers depend on beyond the usual: its SID table and how it decodes."""
+    return {"sid_table": {"folder": str(cfg.sid_table), "content_hash": model.sids.content_hash,
+                          "codebook_sizes": list(model.sids.codebook_sizes), "tokenizer": model.sid_config},
+            "decoding": {"beam": model.beam, "top_k": model.top_k, "constrained": model.constrained,
+                         "history_removal": "history items masked in the beam's last step" if
+                         cfg.eval.exclude_history else "none",
+                         "ranking": f"the beam's top-{model.top_k} items ranked by log-probability; items outside "
+                                    "it count as misses (MRR truncated there)"}}
 
 
 def _best_epoch(csv_logger: CSVLogger, monitor: str) -> int:

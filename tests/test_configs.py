@@ -11,7 +11,7 @@ from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.cli import build
 from genrec.train import trainer_arguments
-from genrec.training.builders import CONF_DIR
+from genrec.training.builders import CONF_DIR, build_task, is_generative
 from tests.shared import SHARED
 
 
@@ -30,17 +30,55 @@ def _compose(overrides: list[str], config: str = "train"):
 
 
 def test_every_group_has_options():
-    for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding"):
+    for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding",
+                  "backbone"):
         assert _options(group), group
 
 
+def _toy_sid_table(folder):
+    """A SID table for 20 items with raw IDs item1..item20 -> (folder, raw IDs)."""
+    import numpy as np
+
+    from genrec.tokenize.sid_table import SIDTable
+
+    raw = np.array([None] + [f"item{i}" for i in range(1, 21)], dtype=object)
+    codes = np.array([[-1, -1]] + [[i // 5, i % 5] for i in range(20)])
+    SIDTable(codes, (4, 5), raw).save(folder)
+    return folder, raw
+
+
 @pytest.mark.parametrize("name", _options("model"))
-def test_model_configs_instantiate(name):
+def test_model_configs_instantiate(name, tmp_path):
     cfg = _compose([f"model={name}"])
     m = cfg.model
+    if is_generative(cfg):
+        folder, raw = _toy_sid_table(tmp_path)
+        task = build_task(_compose([f"model={name}", f"sid_table={folder}"]), 20, raw)
+        assert task.model.num_items == 20 and task.model.sids.num_levels == 2
+        return
     model = SequentialRecommender(instantiate(m.embedding, num_items=20), instantiate(m.encoder), m.similarity)
     assert model.num_items == 20
     instantiate(m.loss)
+
+
+@pytest.mark.parametrize("name", _options("backbone"))
+def test_backbone_configs_build_a_generator(name, tmp_path):
+    folder, raw = _toy_sid_table(tmp_path)
+    task = build_task(_compose(["model=sid_gpt", f"backbone@model.backbone={name}", f"sid_table={folder}",
+                                "model.dim=16"]), 20, raw)
+    assert task.model.backbone.dim == 16
+
+
+def test_generative_models_need_a_matching_sid_table(tmp_path):
+    folder, raw = _toy_sid_table(tmp_path)
+    with pytest.raises(ValueError, match="sid_table: model=tiger generates semantic IDs"):
+        build_task(_compose(["model=tiger"]), 20, raw)
+    other = raw.copy()
+    other[3] = "another"
+    with pytest.raises(DataError, match="first difference at dense ID 3"):
+        build_task(_compose(["model=tiger", f"sid_table={folder}"]), 20, other)
+    with pytest.raises(ValueError, match="sharding=row_wise: model=sid_gpt has no sharded tables"):
+        build_task(_compose(["model=sid_gpt", f"sid_table={folder}", "sharding=row_wise"]), 20, raw)
 
 
 @pytest.mark.parametrize("name", _options("loss"))

@@ -1,7 +1,8 @@
 """Jagged batches: values + offsets per feature, no padding.
 
-Training examples are (input sequence, next item at every position); evaluation examples are (history, one
-target item, the user's full history for excluding seen items). Truncation keeps the most recent items.
+Training examples are (input sequence, next item at every position) or, for models trained on one target per
+sequence, (prefix, next item); evaluation examples are (history, one target item, the user's full history for
+excluding seen items). Truncation keeps the most recent items.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
 from genrec.data.schema import SequenceData
 
@@ -81,12 +82,17 @@ class _Example:
 
 class TrainSequences(Dataset):
     """Next-item training examples: for each user with at least two training items, the training part
-    (sequence minus its last two items) predicts itself shifted by one; the most recent ``max_len`` kept."""
+    (sequence minus its last two items) predicts itself shifted by one; the most recent ``max_len`` kept.
+
+    Attributes:
+        lengths: ``(num_examples,)`` input length of every example (for batching similar lengths together).
+    """
 
     def __init__(self, data: SequenceData, max_len: int):
         self.data, self.max_len = data, max_len
         train_len = data.lengths - 2
         self.users = np.flatnonzero(train_len >= 2)
+        self.lengths = np.minimum(train_len[self.users] - 1, max_len)
 
     def __len__(self) -> int:
         return len(self.users)
@@ -101,15 +107,75 @@ class TrainSequences(Dataset):
                         None if ts is None else ts[start + 1:end], None)
 
 
+class TrainPrefixes(Dataset):
+    """One training example per target (TIGER's sliding window): every item of a training part but its first is
+    predicted from the (at most ``max_len``) items before it. ``target_ids`` is ``(B,)``, one target per example.
+
+    Attributes:
+        lengths: ``(num_examples,)`` input length of every example (for batching similar lengths together).
+    """
+
+    def __init__(self, data: SequenceData, max_len: int):
+        self.data, self.max_len = data, max_len
+        per_user = np.maximum(data.lengths - 3, 0)  # targets at positions 1 .. train_len - 1
+        users = np.repeat(np.arange(data.num_users), per_user)
+        position = 1 + np.arange(len(users)) - np.repeat(np.cumsum(per_user) - per_user, per_user)
+        self.users, self.ends = users, data.offsets[users] + position
+        self.lengths = np.minimum(position, max_len)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, idx: int) -> _Example:
+        u, end = int(self.users[idx]), int(self.ends[idx])
+        start = max(int(self.data.offsets[u]), end - self.max_len)
+        ts = self.data.timestamps
+        return _Example(u, self.data.item_ids[start:end], self.data.item_ids[end:end + 1],
+                        None if ts is None else ts[start:end], None if ts is None else ts[start + 1:end + 1], None)
+
+
+class LengthBucketSampler(Sampler[list[int]]):
+    """Shuffled batches of similar input lengths: each epoch shuffles the examples, sorts every run of
+    ``batch_size * bucket_batches`` of them by length, cuts the runs into batches and shuffles the batches.
+
+    Args:
+        lengths: ``(num_examples,)`` input lengths.
+        batch_size: examples per batch.
+        bucket_batches: batches per sorted run (larger: less padding, less randomness).
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, bucket_batches: int = 50):
+        self.lengths, self.batch_size, self.bucket_batches = torch.as_tensor(lengths), batch_size, bucket_batches
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.lengths))
+        run = self.batch_size * self.bucket_batches
+        batches = []
+        for start in range(0, len(order), run):
+            part = order[start:start + run]
+            part = part[torch.argsort(self.lengths[part], stable=True)]
+            batches += [part[i:i + self.batch_size].tolist() for i in range(0, len(part), self.batch_size)]
+        for i in torch.randperm(len(batches)).tolist():
+            yield batches[i]
+
+
 class EvalSequences(Dataset):
     """Leave-one-out evaluation: ``split="valid"`` predicts each user's second-to-last item from the items before
-    it, ``split="test"`` the last item from everything before it (the validation item included)."""
+    it, ``split="test"`` the last item from everything before it (the validation item included).
+
+    Attributes:
+        lengths: ``(num_users,)`` input length of every example (for batching similar lengths together).
+    """
 
     def __init__(self, data: SequenceData, max_len: int, split: str):
         if split not in ("valid", "test"):
             raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
         self.data, self.max_len = data, max_len
         self.held_out = 2 if split == "valid" else 1
+        self.lengths = np.minimum(data.lengths - self.held_out, max_len)
 
     def __len__(self) -> int:
         return self.data.num_users

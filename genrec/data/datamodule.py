@@ -4,15 +4,18 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import numpy as np
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
 
-from genrec.data.batch import EvalSequences, TrainSequences, collate
+from genrec.data.batch import EvalSequences, LengthBucketSampler, TrainPrefixes, TrainSequences, collate
 from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
+
+TRAIN_EXAMPLES = ("sequences", "prefixes")
 
 
 def _plain(cfg: Any) -> Any:
@@ -47,6 +50,11 @@ class SequenceDataModule(L.LightningDataModule):
         num_workers: DataLoader workers.
         cache_dir: Parquet cache root (``None``: no cache).
         seed: shuffling seed of the distributed training sampler.
+        train_examples: ``"sequences"`` (every position of a training part predicts the next item) or
+            ``"prefixes"`` (one example per target, :class:`TrainPrefixes`).
+        bucket_by_length: batch sequences of similar length together, to cut padding: shuffled length buckets
+            (:class:`LengthBucketSampler`) for training, evaluation users sorted by history length (one process
+            only; several processes batch as usual).
 
     Under a Trainer with several processes each loader serves this process's share (the Trainer runs with
     ``use_distributed_sampler=False``): training users are shuffled and split by a ``DistributedSampler`` (batch
@@ -56,8 +64,12 @@ class SequenceDataModule(L.LightningDataModule):
 
     def __init__(self, reader: dict | DictConfig, preprocess: dict | DictConfig | None = None, max_len: int = 50,
                  batch_size: int = 128, eval_batch_size: int = 512, num_workers: int = 0,
-                 cache_dir: str | None = None, seed: int = 0):
+                 cache_dir: str | None = None, seed: int = 0, train_examples: str = "sequences",
+                 bucket_by_length: bool = False):
         super().__init__()
+        if train_examples not in TRAIN_EXAMPLES:
+            raise ValueError(f"train_examples must be one of {TRAIN_EXAMPLES}, got {train_examples!r}")
+        self.train_examples, self.bucket_by_length = train_examples, bucket_by_length
         self.reader, self.preprocess = _plain(reader), _plain(preprocess) or {}
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
@@ -75,8 +87,10 @@ class SequenceDataModule(L.LightningDataModule):
                           persistent_workers=self.num_workers > 0, **kwargs)
 
     def train_dataloader(self) -> DataLoader:
-        dataset = TrainSequences(self.data, self.max_len)
+        dataset = (TrainPrefixes if self.train_examples == "prefixes" else TrainSequences)(self.data, self.max_len)
         rank, world = self._rank_and_world()
+        if world == 1 and self.bucket_by_length:
+            return self._loader(dataset, batch_sampler=LengthBucketSampler(dataset.lengths, self.batch_size))
         if world == 1:
             return self._loader(dataset, batch_size=self.batch_size, shuffle=True)
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
@@ -85,6 +99,10 @@ class SequenceDataModule(L.LightningDataModule):
     def eval_dataloader(self, split: str, rank: int = 0, world: int = 1) -> DataLoader:
         """Process ``rank``'s share of the ``"valid"`` or ``"test"`` users (by default: all of them)."""
         dataset = EvalSequences(self.data, self.max_len, split)
+        if world == 1 and self.bucket_by_length:
+            order = np.argsort(dataset.lengths, kind="stable")
+            return self._loader(dataset, batch_sampler=[order[i:i + self.eval_batch_size].tolist()
+                                                        for i in range(0, len(order), self.eval_batch_size)])
         if world == 1:
             return self._loader(dataset, batch_size=self.eval_batch_size, shuffle=False)
         return self._loader(dataset, batch_sampler=EvenShardBatchSampler(len(dataset), self.eval_batch_size,

@@ -9,6 +9,11 @@ Writes ``<run_dir>/export/`` (or ``out_dir``):
   onnxscript are installed), checked against the in-framework encoder on every test user.
 * ``manifest.json`` — every artifact with checksum, dimensions, normalisation, ID map and versions
   (genrec/export/manifest.py); written last, so a folder without it is an unfinished export.
+
+A generative run (model=tiger, model=sid_gpt) has no item vectors, tower or index: its export is ``item_ids.json``,
+the SID table it was trained with (``sid_table.parquet`` + ``sid_table.safetensors``) and a manifest whose
+``decoding`` section holds the beam settings; the model itself is served from the run's checkpoint with genrec
+(``GenerativeRecommender.generate``), not exported as a graph.
 """
 from __future__ import annotations
 
@@ -32,7 +37,10 @@ from genrec.evaluate import load_run
 from genrec.export.index import build_index, exact_top_k, recall_at_k
 from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, sha256, write_manifest
 from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tower
-from genrec.training.builders import CONF_DIR
+from genrec.models.generative import GenerativeRecommender
+from genrec.models.semantic_ids import TOKEN_LAYOUT
+from genrec.tokenize.sid_table import PARQUET_FILE, SAFETENSORS_FILE
+from genrec.training.builders import CONF_DIR, load_sid_table
 from genrec.utils.provenance import git_commit
 
 log = logging.getLogger("genrec.export")
@@ -156,6 +164,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     (out_dir / "item_ids.json").write_text(json.dumps([None] + [_raw_id(r) for r in data.item_raw_ids[1:]]))
     artifacts["item_ids"] = artifact_entry(out_dir, "item_ids.json", "id_map", entries=data.num_items + 1, pad_id=0)
+    ckpt = run_dir / "checkpoints" / f"{cfg.checkpoint}.ckpt"
+    source = {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha256(ckpt),
+              "dataset": data.summary(), "seed": train_cfg.seed}
+    if isinstance(model, GenerativeRecommender):
+        return _export_generative(model, train_cfg, data.item_raw_ids, out_dir, artifacts, source, started)
 
     with torch.no_grad():
         vectors = model.all_item_vectors()[1:].detach().float().contiguous().numpy()  # (num_items, D)
@@ -174,14 +187,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
     artifacts.update(indexes)
 
-    ckpt = run_dir / "checkpoints" / f"{cfg.checkpoint}.ckpt"
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model": {"name": train_cfg.model.name, "kind": "retrieval", "similarity": model.similarity,
                   "normalised": model.similarity == "cosine", "dim": int(vectors.shape[1]),
                   "num_items": data.num_items, "max_len": towers["user_tower"]["max_len"]},
-        "source": {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha256(ckpt),
-                   "dataset": data.summary(), "seed": train_cfg.seed},
+        "source": source,
         "artifacts": artifacts,
         "retrieval": {"query_encoder": "user_tower", "indexes": list(indexes),
                       "default_index": f"index_{cfg.default_index}", "id_map": "item_ids",
@@ -198,6 +209,37 @@ def run(cfg: DictConfig) -> dict[str, Any]:
              for name, a in artifacts.items()]
     print(f"Exported {run_dir} ({data.num_items} items, dim {vectors.shape[1]}, {model.similarity}) to "
           f"{out_dir}:\n" + "\n".join(lines) + "".join(f"\n  skipped {k}: {v}" for k, v in skipped.items()))
+    return manifest
+
+
+def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item_raw_ids: np.ndarray, out_dir: Path,
+                       artifacts: dict[str, dict[str, Any]], source: dict[str, Any], started: float) -> dict[str, Any]:
+    """The SID table the model was trained with (loading the checkpoint checked its content hash) and the decoding
+    settings, beside the ID map already in ``artifacts``. Returns the manifest."""
+    table = load_sid_table(train_cfg, item_raw_ids)
+    table.save(out_dir)
+    fields = {"codebook_sizes": list(table.codebook_sizes), "content_hash": table.content_hash,
+              "entries": table.num_items + 1}
+    artifacts["sid_table"] = artifact_entry(out_dir, PARQUET_FILE, "sid_table", **fields)
+    artifacts["sid_table_tensors"] = artifact_entry(out_dir, SAFETENSORS_FILE, "sid_table", **fields)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": {"name": train_cfg.model.name, "kind": "generative", "num_items": model.num_items,
+                  "max_len": int(train_cfg.data.max_len)},
+        "source": source,
+        "artifacts": artifacts,
+        "decoding": {"sid_table": "sid_table", "id_map": "item_ids", "beam": model.beam, "top_k": model.top_k,
+                     "constrained": model.constrained, "exclude_history": bool(train_cfg.eval.exclude_history),
+                     "token_layout": TOKEN_LAYOUT},
+        "skipped": {"decoder_graph": "generative models are served from source.checkpoint with genrec "
+                                     "(GenerativeRecommender.generate: KV-cached beam search over the SID trie)"},
+        "versions": _versions(),
+        "export_seconds": round(time.time() - started, 1),
+    }
+    write_manifest(out_dir, manifest)
+    print(f"Exported {source['run_dir']} ({model.num_items} items, semantic IDs {table.codebook_sizes}, beam "
+          f"{model.beam}, top-{model.top_k}, constrained {model.constrained}) to {out_dir}: "
+          + ", ".join(a["file"] for a in artifacts.values()))
     return manifest
 
 

@@ -3,10 +3,14 @@
 Layout (``format_version`` 1)::
 
     format, format_version, created
-    model:     name, kind ("retrieval"), similarity ("dot" | "cosine"), normalised, dim, num_items, max_len
+    model:     name, kind ("retrieval" | "generative"), num_items, max_len
+               + retrieval: similarity ("dot" | "cosine"), normalised, dim
     source:    run_dir, checkpoint, checkpoint_sha256, dataset (summary), seed
     artifacts: {name: {file, kind, sha256, bytes, ...kind-specific keys}}
     retrieval: query_encoder (artifact name), indexes (artifact names), default_index, id_map, exclude_history
+               (model.kind "retrieval")
+    decoding:  sid_table, id_map (artifact names), beam, top_k, constrained, exclude_history, token_layout
+               (model.kind "generative": the model is served from source.checkpoint with genrec)
     skipped:   {artifact name: reason} for artifacts that could not be written here (e.g. ONNX without onnx)
     versions:  genrec, commit, python, torch, faiss, numpy (+ onnx when written)
 
@@ -16,9 +20,10 @@ Artifact kinds and their own keys:
 * ``item_vectors`` — ``shape`` ``[num_items, dim]``, ``dtype``, ``first_id`` (row ``r`` is dense ID ``first_id + r``).
 * ``torch_export`` / ``onnx`` — ``inputs``, ``output``, ``parity`` (the check against the in-framework encoder).
 * ``faiss_index`` — ``type``, ``metric``, ``dim``, ``ntotal``, ``params``, ``recall_at_10_vs_exact``.
+* ``sid_table`` — ``codebook_sizes``, ``content_hash``, ``entries``: genrec's SID table (Parquet, with the
+  ``sid_table.safetensors`` beside it listed as its own artifact of the same kind).
 
-Generative models add their own kinds (for example the semantic-ID table) and a ``decoding`` section beside
-``retrieval``, under ``model.kind = "generative"``; a reader checks ``model.kind`` before anything else.
+A reader checks ``model.kind`` before anything else.
 """
 from __future__ import annotations
 
@@ -32,11 +37,15 @@ MANIFEST_FILE = "manifest.json"
 
 #: Required keys of each section, with their JSON types.
 TOP_LEVEL = {"format": str, "format_version": int, "created": str, "model": dict, "source": dict,
-             "artifacts": dict, "retrieval": dict, "skipped": dict, "versions": dict}
-MODEL = {"name": str, "kind": str, "similarity": str, "normalised": bool, "dim": int, "num_items": int,
-         "max_len": int}
+             "artifacts": dict, "skipped": dict, "versions": dict}
+MODEL = {"name": str, "kind": str, "num_items": int, "max_len": int}
+#: What each model kind adds to ``model``, and the top-level section that says how to serve it.
+KIND_MODEL = {"retrieval": {"similarity": str, "normalised": bool, "dim": int}, "generative": {}}
+KIND_SECTION = {"retrieval": "retrieval", "generative": "decoding"}
 SOURCE = {"run_dir": str, "checkpoint": str, "checkpoint_sha256": str, "dataset": dict}
 RETRIEVAL = {"query_encoder": str, "indexes": list, "default_index": str, "id_map": str, "exclude_history": bool}
+DECODING = {"sid_table": str, "id_map": str, "beam": int, "top_k": int, "constrained": bool, "exclude_history": bool,
+            "token_layout": str}
 VERSIONS = {"genrec": str, "commit": str, "python": str, "torch": str, "faiss": str, "numpy": str}
 ARTIFACT = {"file": str, "kind": str, "sha256": str, "bytes": int}
 ARTIFACT_KINDS = {
@@ -46,6 +55,7 @@ ARTIFACT_KINDS = {
     "onnx": {"inputs": list, "output": dict, "parity": dict},
     "faiss_index": {"type": str, "metric": str, "dim": int, "ntotal": int, "params": dict,
                     "recall_at_10_vs_exact": float},
+    "sid_table": {"codebook_sizes": list, "content_hash": str, "entries": int},
 }
 
 
@@ -87,23 +97,28 @@ def validate_manifest(manifest: dict[str, Any], source: str = MANIFEST_FILE) -> 
                             f"{FORMAT!r} version {FORMAT_VERSION}")
     for name, required in (("model", MODEL), ("source", SOURCE), ("versions", VERSIONS)):
         _check_section(manifest[name], required, name, source)
-    if manifest["model"]["kind"] != "retrieval":
-        raise ManifestError(f"{source}: model.kind {manifest['model']['kind']!r} is not 'retrieval'")
-    _check_section(manifest["retrieval"], RETRIEVAL, "retrieval", source)
+    kind = manifest["model"]["kind"]
+    if kind not in KIND_SECTION:
+        raise ManifestError(f"{source}: model.kind {kind!r} is not one of {sorted(KIND_SECTION)}")
+    _check_section(manifest["model"], KIND_MODEL[kind], "model", source)
+    section = KIND_SECTION[kind]
+    _check_section(manifest, {section: dict}, "manifest", source)
+    _check_section(manifest[section], RETRIEVAL if kind == "retrieval" else DECODING, section, source)
     for name, entry in manifest["artifacts"].items():
         _check_section(entry, ARTIFACT, f"artifacts.{name}", source)
         if entry["kind"] not in ARTIFACT_KINDS:
             raise ManifestError(f"{source}: artifacts.{name}.kind {entry['kind']!r} is not one of "
                                 f"{sorted(ARTIFACT_KINDS)}")
         _check_section(entry, ARTIFACT_KINDS[entry["kind"]], f"artifacts.{name}", source)
-    retrieval = manifest["retrieval"]
-    named = [retrieval["query_encoder"], retrieval["id_map"], retrieval["default_index"], *retrieval["indexes"]]
+    serving = manifest[section]
+    named = [serving["id_map"]] + ([serving["query_encoder"], serving["default_index"], *serving["indexes"]]
+                                   if kind == "retrieval" else [serving["sid_table"]])
     for name in named:
         if name not in manifest["artifacts"]:
-            raise ManifestError(f"{source}: retrieval names the artifact {name!r}, which artifacts does not list")
-    if retrieval["default_index"] not in retrieval["indexes"]:
-        raise ManifestError(f"{source}: retrieval.default_index {retrieval['default_index']!r} is not in "
-                            f"retrieval.indexes {retrieval['indexes']}")
+            raise ManifestError(f"{source}: {section} names the artifact {name!r}, which artifacts does not list")
+    if kind == "retrieval" and serving["default_index"] not in serving["indexes"]:
+        raise ManifestError(f"{source}: retrieval.default_index {serving['default_index']!r} is not in "
+                            f"retrieval.indexes {serving['indexes']}")
     return manifest
 
 

@@ -42,7 +42,9 @@ def test_manifest_describes_the_model_and_its_artifacts(exported, tiny_run):
 @pytest.mark.parametrize("edit, message", [
     (lambda m: m.pop("versions"), "manifest lacks the key 'versions'"),
     (lambda m: m["model"].update(dim="16"), "model.dim should be int, got str '16'"),
-    (lambda m: m["model"].update(kind="generative"), "model.kind 'generative' is not 'retrieval'"),
+    (lambda m: m["model"].update(kind="ranking"), "model.kind 'ranking' is not one of"),
+    (lambda m: m["model"].update(kind="generative"), "manifest lacks the key 'decoding'"),
+    (lambda m: m["model"].pop("similarity"), "model lacks the key 'similarity'"),
     (lambda m: m.update(format_version=2), "version 2 is not 'genrec-export' version 1"),
     (lambda m: m["artifacts"]["index_flat"].pop("sha256"), "artifacts.index_flat lacks the key 'sha256'"),
     (lambda m: m["artifacts"]["index_flat"].update(kind="annoy"), "artifacts.index_flat.kind 'annoy' is not one of"),

@@ -1,0 +1,213 @@
+"""Causal stacks the decoder-only generator (genrec/models/sid_generator.py) runs over token embeddings.
+
+Every backbone is used in two ways:
+
+* ``forward(x (N, D), offsets (B + 1,)) -> (N, D)``: jagged sequences, causal (the :class:`SequenceEncoder`
+  interface), for training and for decoding without a cache;
+* ``prefill`` / ``step`` / ``select``: KV-cached decoding of left-padded batches, one token per row per step.
+
+:func:`as_backbone` wraps genrec's own encoders: SASRec (a GPT-style pre-norm transformer) gets a KV cache over its
+own weights; any other :class:`SequenceEncoder` (HSTU, ...) runs uncached. :class:`HFCausalLM` is any
+`transformers` decoder-only model (a fresh one from a config, or a checkpoint on disk by name).
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genrec.models.encoder import SequenceEncoder
+from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+from genrec.models.sasrec import SASRec
+
+
+class TokenBackbone(nn.Module):
+    """Interface. ``dim``: the width ``D``; ``supports_cache``: whether ``prefill``/``step``/``select`` exist."""
+
+    dim: int
+    supports_cache: bool = False
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def prefill(self, x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """``x (B, T, D)`` left-padded, ``valid (B, T)`` bool -> ``(B, D)`` state after each row's last token, and
+        the cache."""
+        raise NotImplementedError(f"{type(self).__name__} has no KV cache")
+
+    def step(self, x: torch.Tensor, cache: Any) -> torch.Tensor:
+        """One more token per row ``x (R, D)`` -> ``(R, D)`` states; extends ``cache`` in place."""
+        raise NotImplementedError(f"{type(self).__name__} has no KV cache")
+
+    def select(self, cache: Any, rows: torch.Tensor) -> Any:
+        """The cache of rows ``rows (R,)`` (reordered, repeated or dropped)."""
+        raise NotImplementedError(f"{type(self).__name__} has no KV cache")
+
+
+class EncoderBackbone(TokenBackbone):
+    """Any genrec :class:`SequenceEncoder` (e.g. HSTU), without a KV cache."""
+
+    def __init__(self, encoder: SequenceEncoder):
+        super().__init__()
+        self.encoder, self.dim = encoder, encoder.dim
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x, offsets)
+
+
+class CachedSASRec(EncoderBackbone):
+    """genrec's SASRec (pre-norm causal transformer, learned positions) with a KV cache over its own weights.
+
+    Positions count from each row's first real token, as in SASRec's own forward, so cached decoding of a
+    left-padded batch gives the states of the unpadded sequences. The history's keys and values are kept once per
+    user; each beam caches only the tokens it decoded itself, and a step attends to both with one softmax. So
+    :meth:`step` and :meth:`select` expect what beam search does: the rows are the users' beams, user after user,
+    the same number per user.
+    """
+
+    supports_cache = True
+
+    def __init__(self, encoder: SASRec):
+        super().__init__(encoder)
+
+    def _embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if int(positions.max()) >= self.encoder.max_len:
+            raise ValueError(f"a sequence reaches {int(positions.max()) + 1} tokens but the backbone was built with "
+                             f"max_len={self.encoder.max_len}")
+        return x * math.sqrt(self.dim) + self.encoder.positions(positions)
+
+    @staticmethod
+    def _qkv(block, x: torch.Tensor) -> torch.Tensor:
+        """``(R, t, D)`` -> ``(3, R, H, t, D / H)``."""
+        rows, length, _ = x.shape
+        return block.attn.qkv(block.norm1(x)).view(rows, length, 3, block.attn.num_heads, -1).permute(2, 0, 3, 1, 4)
+
+    def prefill(self, x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        rows, length, dim = x.shape
+        positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+        causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+        # padding keys are hidden; a padding query sees itself so that no softmax row is empty
+        mask = ((causal & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=x.device))[:, None]
+        h = self._embed(x, positions)
+        cache = {"keys": [], "values": [], "valid": valid, "next_position": valid.long().sum(1),
+                 "own_keys": [None] * len(self.encoder.blocks), "own_values": [None] * len(self.encoder.blocks)}
+        for block in self.encoder.blocks:
+            q, k, v = self._qkv(block, h)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            h = h + block.attn.out(y.transpose(1, 2).reshape(rows, length, dim))
+            h = h + block.ffn(block.norm2(h))
+            cache["keys"].append(k)
+            cache["values"].append(v)
+        return self.encoder.final_norm(h[:, -1]), cache
+
+    def step(self, x: torch.Tensor, cache: dict[str, Any]) -> torch.Tensor:
+        valid = cache["valid"]
+        users, history = valid.shape
+        rows, dim = x.shape
+        width = rows // users
+        h = self._embed(x, cache["next_position"])[:, None]  # (R, 1, D)
+        for i, block in enumerate(self.encoder.blocks):
+            q, k, v = self._qkv(block, h)  # (R, H, 1, D / H)
+            heads, head_dim = q.shape[1], q.shape[3]
+            own_keys = k if cache["own_keys"][i] is None else torch.cat([cache["own_keys"][i], k], dim=2)
+            own_values = v if cache["own_values"][i] is None else torch.cat([cache["own_values"][i], v], dim=2)
+            cache["own_keys"][i], cache["own_values"][i] = own_keys, own_values
+            q = q * head_dim ** -0.5
+            by_user = q.view(users, width, heads, head_dim).transpose(1, 2)  # (B, H, W, D / H)
+            on_history = (by_user @ cache["keys"][i].transpose(-1, -2)).masked_fill(  # (B, H, W, T)
+                ~valid[:, None, None, :], float("-inf"))
+            on_own = (q @ own_keys.transpose(-1, -2)).view(users, width, heads, -1).transpose(1, 2)  # (B, H, W, t)
+            weights = torch.softmax(torch.cat([on_history, on_own], dim=-1), dim=-1)
+            y = (weights[..., :history] @ cache["values"][i]).transpose(1, 2).reshape(rows, heads, 1, head_dim)
+            y = y + weights[..., history:].transpose(1, 2).reshape(rows, heads, 1, -1) @ own_values
+            h = h + block.attn.out(y.reshape(rows, 1, dim))
+            h = h + block.ffn(block.norm2(h))
+        cache["next_position"] = cache["next_position"] + 1
+        return self.encoder.final_norm(h[:, 0])
+
+    def select(self, cache: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+        def pick(tensors):
+            return [None if t is None else t[rows] for t in tensors]
+
+        return {**cache, "own_keys": pick(cache["own_keys"]), "own_values": pick(cache["own_values"]),
+                "next_position": cache["next_position"][rows]}
+
+
+def as_backbone(module: nn.Module) -> TokenBackbone:
+    """A token backbone from a config's module: backbones as they are, SASRec with a KV cache, any other
+    SequenceEncoder without one."""
+    if isinstance(module, TokenBackbone):
+        return module
+    if isinstance(module, SASRec):
+        return CachedSASRec(module)
+    if isinstance(module, SequenceEncoder):
+        return EncoderBackbone(module)
+    raise TypeError(f"model.backbone: expected a SequenceEncoder or a TokenBackbone, got {type(module).__name__}")
+
+
+class HFCausalLM(TokenBackbone):
+    """A `transformers` decoder-only model (``AutoModel``: the stack without its LM head) over our embeddings.
+
+    Args:
+        pretrained: a model folder or a name in the local Hugging Face cache (loaded with ``local_files_only``:
+            nothing is downloaded); its text vocabulary is not used, only the transformer stack.
+        config: when ``pretrained`` is None, a fresh model: ``model_type`` (e.g. ``llama``, ``gpt2``, ``qwen2``)
+            and that architecture's config keys.
+        max_len: longest token sequence the generator will feed (checked against the model's position limit).
+    """
+
+    supports_cache = True
+
+    def __init__(self, pretrained: str | None = None, config: dict[str, Any] | None = None, max_len: int | None = None):
+        super().__init__()
+        from transformers import AutoConfig, AutoModel
+
+        if pretrained:
+            try:
+                self.model = AutoModel.from_pretrained(pretrained, local_files_only=True)
+            except OSError as err:
+                raise ValueError(f"model.backbone.pretrained={pretrained!r}: not a local model folder nor in the "
+                                 f"local Hugging Face cache (nothing is downloaded): {err}") from err
+        elif config:
+            config = dict(config)
+            self.model = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+        else:
+            raise ValueError("model.backbone: set `pretrained` (a local checkpoint) or `config` (with model_type)")
+        self.dim = int(self.model.config.hidden_size)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if max_len is not None and limit is not None and max_len > limit:
+            raise ValueError(f"model.backbone: sequences of up to {max_len} tokens, but the model takes at most "
+                             f"{limit} positions (max_position_embeddings)")
+        # transformers 5 renamed `past_key_values` to `cache`
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        lengths = offsets[1:] - offsets[:-1]
+        padded = jagged_to_padded(x, offsets, int(lengths.max()))
+        mask = (torch.arange(padded.shape[1], device=x.device)[None, :] < lengths[:, None]).long()
+        return padded_to_jagged(self.model(inputs_embeds=padded, attention_mask=mask).last_hidden_state, offsets)
+
+    def _run(self, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+        return self.model(inputs_embeds=x, attention_mask=mask, position_ids=positions, use_cache=True,
+                          **{self._cache_arg: cache}).last_hidden_state
+
+    def prefill(self, x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        from transformers import DynamicCache
+
+        cache = {"kv": DynamicCache(), "mask": valid.long(), "next_position": valid.long().sum(1)}
+        positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+        return self._run(x, cache["mask"], positions, cache["kv"])[:, -1], cache
+
+    def step(self, x: torch.Tensor, cache: dict[str, Any]) -> torch.Tensor:
+        cache["mask"] = torch.cat([cache["mask"], cache["mask"].new_ones(len(x), 1)], dim=1)
+        h = self._run(x[:, None], cache["mask"], cache["next_position"][:, None], cache["kv"])[:, 0]
+        cache["next_position"] = cache["next_position"] + 1
+        return h
+
+    def select(self, cache: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+        cache["kv"].reorder_cache(rows)
+        return {"kv": cache["kv"], "mask": cache["mask"][rows], "next_position": cache["next_position"][rows]}

@@ -1,0 +1,141 @@
+"""Batched beam search over semantic IDs, constrained by a :class:`~genrec.models.trie.PrefixTrie`.
+
+A model supplies a :class:`Decoder` for a batch of users; :func:`beam_search` keeps ``beam`` code prefixes per
+user, level by level, and returns the best ``top_k`` complete tuples as items with their log-probabilities. All
+users and beams move together as tensors; the decoder keeps its own state (KV caches) and reorders it with
+:meth:`Decoder.select` after every step.
+
+Scores are the sum of the model's per-level log-probabilities (log-softmax over the level's codes), not
+renormalised over the allowed codes: constraints only remove candidates. History removal: with ``seen`` given,
+tuples of the user's own history are removed at the last level, before the final top-``k``, so the beam still
+returns ``top_k`` unseen items whenever the surviving prefixes hold that many.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from genrec.models.semantic_ids import SemanticIDs
+from genrec.models.trie import BruteForceConstraint, PrefixTrie
+
+
+class Decoder(Protocol):
+    """Incremental decoding state for ``B`` users (a model's ``decoder(batch)``)."""
+
+    def start(self) -> torch.Tensor:
+        """``(B, K_0)`` log-probabilities of the first code."""
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the state rows ``rows (R,)`` in that order (reorders, drops and repeats beams)."""
+
+    def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
+        """Feed each row's code ``codes (R,)`` of ``level``; -> ``(R, K_{level+1})`` log-probabilities."""
+
+
+@dataclass
+class BeamResult:
+    """The best ``k`` tuples per user, best first.
+
+    Attributes:
+        items: ``(B, k)`` dense item IDs; 0 where the tuple is no item (unconstrained decoding) or no candidate was
+            left (score ``-inf``).
+        scores: ``(B, k)`` log-probability of each tuple.
+        codes: ``(B, k, L)`` the decoded tuples.
+    """
+
+    items: torch.Tensor
+    scores: torch.Tensor
+    codes: torch.Tensor
+
+    @property
+    def found(self) -> torch.Tensor:
+        """``(B, k)`` bool: a tuple was decoded in this slot (finite score)."""
+        return torch.isfinite(self.scores)
+
+    @property
+    def invalid(self) -> torch.Tensor:
+        """``(B, k)`` bool: a decoded tuple that is no item."""
+        return self.found & (self.items == 0)
+
+    def score_matrix(self, num_columns: int) -> torch.Tensor:
+        """``(B, num_columns)``: each returned item's score, ``-inf`` for every other item (and invalid tuples),
+        so genrec's evaluator ranks exactly the returned list and counts everything else as a miss."""
+        out = torch.full((len(self.items), num_columns), float("-inf"), device=self.scores.device)
+        keep = self.found & (self.items > 0)
+        rows = torch.arange(len(self.items), device=self.items.device)[:, None].expand_as(self.items)
+        out[rows[keep], self.items[keep]] = self.scores[keep].float()
+        return out
+
+
+def _seen_keys(seen_ids: torch.Tensor, seen_offsets: torch.Tensor, num_columns: int) -> torch.Tensor:
+    """Sorted ``row * num_columns + item`` of every history item."""
+    rows = torch.repeat_interleave(torch.arange(len(seen_offsets) - 1, device=seen_ids.device),
+                                   seen_offsets[1:] - seen_offsets[:-1])
+    return torch.sort(rows * num_columns + seen_ids).values
+
+
+def _is_seen(items: torch.Tensor, seen: torch.Tensor, num_columns: int) -> torch.Tensor:
+    """``items (B, ...)`` -> bool, True where the item is in its row's history (``seen`` from :func:`_seen_keys`)."""
+    if not len(seen):
+        return torch.zeros_like(items, dtype=torch.bool)
+    rows = torch.arange(len(items), device=items.device).view(-1, *[1] * (items.dim() - 1))
+    keys = rows * num_columns + items
+    pos = torch.searchsorted(seen, keys.flatten()).clamp(max=len(seen) - 1).view_as(keys)
+    return (seen[pos] == keys) & (items > 0)
+
+
+@torch.no_grad()
+def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
+                trie: PrefixTrie | BruteForceConstraint | None = None,
+                seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> BeamResult:
+    """Decode the ``top_k`` most likely code tuples for every user of ``decoder``.
+
+    Args:
+        decoder: the model's decoding state for ``B`` users.
+        sids: the semantic IDs (codebook sizes and tuple -> item lookup).
+        beam: prefixes kept per user after each level but the last.
+        top_k: tuples returned per user (``<= beam``).
+        trie: constrain every step to valid prefixes (``None``: unconstrained); a
+            :class:`BruteForceConstraint` does the same the naive way.
+        seen: ``(seen_ids (S,), seen_offsets (B + 1,))`` history items to remove from the results.
+    Returns:
+        :class:`BeamResult` with ``k = top_k`` columns.
+    """
+    if not 1 <= top_k <= beam:
+        raise ValueError(f"top_k must lie in 1..beam, got top_k={top_k}, beam={beam}")
+    logp = decoder.start()[:, None, :]  # (B, 1, K_0)
+    batch, device = logp.shape[0], logp.device
+    num_columns = sids.num_items + 1
+    seen_keys = _seen_keys(*seen, num_columns) if seen is not None else None
+    scores = torch.zeros(batch, 1, device=device)
+    keys = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+    nodes = torch.zeros(batch, 1, dtype=torch.int64, device=device)
+    codes = torch.zeros(batch, 1, 0, dtype=torch.int64, device=device)
+    last = sids.num_levels - 1
+    for level, size in enumerate(sids.codebook_sizes):
+        if trie is not None:
+            logp = logp.masked_fill(~trie.allowed(level, nodes), float("-inf"))
+        candidates = keys[..., None] * size + torch.arange(size, device=device)  # (B, W, K)
+        if level == last and seen_keys is not None:
+            logp = logp.masked_fill(_is_seen(sids.item_of_key(candidates), seen_keys, num_columns), float("-inf"))
+        total = (scores[..., None] + logp).flatten(1)  # (B, W * K)
+        scores, flat = total.topk(min(beam if level < last else top_k, total.shape[1]), dim=1)
+        parent, code = flat // size, flat % size
+        keys = candidates.flatten(1).gather(1, flat)
+        codes = torch.cat([codes.gather(1, parent[..., None].expand(-1, -1, level)), code[..., None]], dim=2)
+        if level == last:
+            break
+        if trie is not None:  # a dead prefix (score -inf) gets node -1: park it on node 0, it stays -inf
+            nodes = trie.advance(level, nodes.gather(1, parent), code).clamp(min=0)
+        width = parent.shape[1]
+        decoder.select((torch.arange(batch, device=device)[:, None] * logp.shape[1] + parent).flatten())
+        logp = decoder.step(code.flatten(), level).view(batch, width, -1)
+    items = torch.where(torch.isfinite(scores), sids.item_of_key(keys), torch.zeros_like(keys))
+    if scores.shape[1] < top_k:  # fewer tuples than top_k exist at all
+        pad = top_k - scores.shape[1]
+        items = torch.cat([items, items.new_zeros(batch, pad)], 1)
+        scores = torch.cat([scores, scores.new_full((batch, pad), float("-inf"))], 1)
+        codes = torch.cat([codes, codes.new_zeros(batch, pad, codes.shape[2])], 1)
+    return BeamResult(items, scores, codes)

@@ -1,0 +1,106 @@
+"""What every generative recommender over semantic IDs shares: the SID table and its trie on the model's
+device, the decoding settings, beam search to items, and the ``score_all`` view genrec's evaluator ranks."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from genrec.data.batch import JaggedBatch
+from genrec.models.beam import BeamResult, Decoder, beam_search
+from genrec.models.semantic_ids import SemanticIDs
+from genrec.models.trie import PrefixTrie
+from genrec.tokenize.sid_table import SIDTable
+
+
+class GenerativeRecommender(nn.Module):
+    """Base class: a model that generates the next item's code tuple token by token.
+
+    Subclasses implement :meth:`loss`, :meth:`item_log_probs` and :meth:`decoder`.
+
+    Args:
+        sid_table: the semantic IDs of the dataset's items (checked against the dataset by the builder).
+        user_buckets: hashed user tokens (0: none).
+        beam: beam width at evaluation.
+        top_k: items returned per user (``<= beam``); metrics at cut-offs above it count the rest as misses.
+        constrained: restrict decoding to valid semantic IDs with the prefix trie.
+    """
+
+    def __init__(self, sid_table: SIDTable, user_buckets: int = 0, beam: int = 20, top_k: int = 20,
+                 constrained: bool = True):
+        super().__init__()
+        if not 1 <= top_k <= beam:
+            raise ValueError(f"model.decoding: top_k must lie in 1..beam, got top_k={top_k}, beam={beam}")
+        self.sids = SemanticIDs(sid_table, user_buckets)
+        self.sid_config = dict(sid_table.config)  # how the table was made (encoder, quantizer), for run records
+        self.trie = PrefixTrie(self.sids.codes[1:], sid_table.codebook_sizes)
+        self.beam, self.top_k, self.constrained = beam, top_k, constrained
+        #: remove each user's history from the results (set from ``eval.exclude_history`` by the builder)
+        self.exclude_history = True
+
+    @property
+    def num_items(self) -> int:
+        return self.sids.num_items
+
+    def loss(self, batch: JaggedBatch) -> torch.Tensor:
+        """Mean next-token cross-entropy of a training batch."""
+        raise NotImplementedError
+
+    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced ``log p(item | history)`` of candidate ``items (B, M)`` -> ``(B, M)``: the sum of the
+        per-level log-probabilities of the item's code tuple (each level a softmax over that level's codes)."""
+        raise NotImplementedError
+
+    def decoder(self, batch: JaggedBatch, use_cache: bool = True) -> Decoder:
+        """Decoding state for the batch's users (``use_cache=False``: recompute everything at every step)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def generate(self, batch: JaggedBatch, beam: int | None = None, top_k: int | None = None,
+                 constrained: bool | None = None, exclude_history: bool | None = None,
+                 use_cache: bool = True) -> BeamResult:
+        """Beam search for the batch's users; arguments left ``None`` take the model's settings."""
+        constrained = self.constrained if constrained is None else constrained
+        exclude = self.exclude_history if exclude_history is None else exclude_history
+        seen = (batch.seen_ids, batch.seen_offsets) if exclude and batch.seen_ids is not None else None
+        return beam_search(self.decoder(batch, use_cache), self.sids, beam or self.beam, top_k or self.top_k,
+                           self.trie if constrained else None, seen)
+
+    def score_all(self, batch: JaggedBatch) -> torch.Tensor:
+        """``(B, num_items + 1)``: the beam's log-probability for each of its ``top_k`` items, ``-inf`` elsewhere,
+        so the shared evaluator ranks exactly the beam's list (MRR is therefore truncated at ``top_k``)."""
+        return self.generate(batch).score_matrix(self.num_items + 1)
+
+    def scorer(self) -> "BeamScorer":
+        """:meth:`score_all` that also counts the decoded tuples that are no item (for genrec-eval)."""
+        return BeamScorer(self)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"sid_table_hash": self.sids.content_hash}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        saved = state.get("sid_table_hash")
+        if saved != self.sids.content_hash:
+            raise ValueError(f"sid_table: the checkpoint was trained with SID table {saved}, the configured table is "
+                             f"{self.sids.content_hash}; point sid_table at the table the model was trained with")
+
+
+class BeamScorer:
+    """``score_fn(batch) -> (B, num_items + 1)`` of a generative model (its beam's list, as :meth:`score_all`) that
+    also counts the tuples it decoded and how many of them are no item."""
+
+    def __init__(self, model: GenerativeRecommender):
+        self.model, self.decoded, self.invalid = model, 0, 0
+
+    def __call__(self, batch: JaggedBatch) -> torch.Tensor:
+        result = self.model.generate(batch)
+        self.decoded += int(result.found.sum())
+        self.invalid += int(result.invalid.sum())
+        return result.score_matrix(self.model.num_items + 1)
+
+    def pop_invalid_rate(self) -> float:
+        """Share of decoded tuples that were no item since the last call (0 with constrained decoding)."""
+        rate = self.invalid / max(self.decoded, 1)
+        self.decoded = self.invalid = 0
+        return rate

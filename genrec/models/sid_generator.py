@@ -1,0 +1,175 @@
+"""A decoder-only generator over semantic-ID tokens: one causal stack reads the history's code tokens and
+continues them with the next item's codes.
+
+A user's sequence is ``[BOS or user token, c(i_1, 0), ..., c(i_1, L-1), c(i_2, 0), ...]``: every item becomes its
+``L`` code tokens. Training is next-token prediction at every position of each training sequence (one pass per
+user, as for SASRec); each position predicts a token of a known level, so its softmax runs over that level's codes
+only. Token embeddings come from a TorchRec table (:class:`genrec.embedding.ItemEmbedding` over the token
+vocabulary, the same module the ID-based models use) and the output layer is tied to it.
+
+Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
+sequence encoder (HSTU) without one, or a `transformers` causal LM.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from genrec.data.batch import JaggedBatch
+from genrec.embedding import ItemEmbedding
+from genrec.models.backbones import TokenBackbone, as_backbone
+from genrec.models.generative import GenerativeRecommender
+from genrec.models.jagged import jagged_index
+from genrec.models.semantic_ids import BOS_TOKEN
+from genrec.tokenize.sid_table import SIDTable
+
+TOKEN_FEATURE = "sid_token"
+
+
+class SIDGenerator(GenerativeRecommender):
+    """
+    Args:
+        sid_table: the items' semantic IDs.
+        backbone: a causal stack (see :func:`genrec.models.backbones.as_backbone`); its width sets the
+            token-embedding width.
+        init_std: initialisation of the token table.
+        user_buckets: when > 0, a hashed user token replaces BOS at the start of every sequence.
+        beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
+    """
+
+    def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
+                 beam: int = 20, top_k: int = 20, constrained: bool = True):
+        super().__init__(sid_table, user_buckets, beam, top_k, constrained)
+        self.backbone: TokenBackbone = as_backbone(backbone)
+        self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+
+    def _start_tokens(self, batch: JaggedBatch) -> torch.Tensor:
+        if self.sids.user_buckets:
+            return self.sids.user_tokens(batch.user_ids)
+        return torch.full((batch.batch_size,), BOS_TOKEN, dtype=torch.int64, device=batch.item_ids.device)
+
+    def _sequences(self, batch: JaggedBatch, items: torch.Tensor, offsets: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Item sequences ``items`` jagged by ``offsets (B + 1,)`` -> their token sequences with the start token:
+        ``(T,)`` tokens and ``(B + 1,)`` offsets."""
+        levels = self.sids.num_levels
+        row, col = jagged_index(offsets)
+        token_offsets = offsets * levels + torch.arange(len(offsets), device=offsets.device)
+        tokens = torch.empty(int(token_offsets[-1]), dtype=torch.int64, device=items.device)
+        tokens[token_offsets[:-1]] = self._start_tokens(batch)
+        at = (token_offsets[:-1][row] + 1 + col * levels)[:, None] + torch.arange(levels, device=items.device)
+        tokens[at] = self.sids.item_tokens(items)
+        return tokens, token_offsets
+
+    def _logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
+        """``(..., D)`` states -> ``(..., K_level)`` logits over the level's codes (tied to the token table)."""
+        return states @ self.tokens.table()[self.sids.level_slice(level)].T
+
+    def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
+        return F.log_softmax(self._logits(states, level).float(), dim=-1)
+
+    def loss(self, batch: JaggedBatch) -> torch.Tensor:
+        """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
+        of each user's items plus the last target, every token predicted from the ones before it."""
+        levels = self.sids.num_levels
+        # each user's items followed by its last target: (N + B,) jagged by offsets + arange
+        full_offsets = batch.offsets + torch.arange(batch.batch_size + 1, device=batch.offsets.device)
+        row, _ = jagged_index(batch.offsets)
+        items = torch.empty(len(batch.item_ids) + batch.batch_size, dtype=torch.int64, device=batch.item_ids.device)
+        items[torch.arange(len(batch.item_ids), device=row.device) + row] = batch.item_ids
+        items[full_offsets[1:] - 1] = batch.target_ids[batch.offsets[1:] - 1]
+        tokens, token_offsets = self._sequences(batch, items, full_offsets)
+        # inputs: every token but each sequence's last; labels: every item token (level = position % L)
+        keep = torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)
+        keep[token_offsets[1:] - 1] = False
+        states = self.backbone(self.tokens.lookup(tokens[keep]), full_offsets * levels)
+        labels = self.sids.codes[items].flatten()
+        level_of = torch.arange(len(labels), device=labels.device) % levels
+        total = states.new_zeros(())
+        for level in range(levels):
+            at = level_of == level
+            total = total + F.cross_entropy(self._logits(states[at], level), labels[at], reduction="sum")
+        return total / len(labels)
+
+    def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._sequences(batch, batch.item_ids, batch.offsets)
+
+    def _run_rows(self, history: tuple[torch.Tensor, torch.Tensor], users: torch.Tensor, prefix: torch.Tensor
+                  ) -> torch.Tensor:
+        """Uncached: the backbone over ``history`` tokens of ``users (R,)`` followed by ``prefix (R, t)`` tokens ->
+        ``(R, t + 1, D)`` states at the last ``t + 1`` positions."""
+        tokens, offsets = history
+        lengths = (offsets[1:] - offsets[:-1])[users] + prefix.shape[1]
+        row_offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        row, col = jagged_index(row_offsets)
+        values = tokens[(offsets[:-1][users][row] + col).clamp(max=len(tokens) - 1)]
+        if prefix.shape[1]:
+            in_prefix = col - (lengths[row] - prefix.shape[1])  # position within the prefix, < 0 in the history
+            values = torch.where(in_prefix >= 0, prefix[row, in_prefix.clamp(min=0)], values)
+        states = self.backbone(self.tokens.lookup(values), row_offsets)
+        last = row_offsets[1:, None] - prefix.shape[1] - 1 + torch.arange(prefix.shape[1] + 1, device=users.device)
+        return states[last]
+
+    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        tokens = self.sids.item_tokens(items.flatten())  # (B * M, L)
+        users = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
+        states = self._run_rows(self._history(batch), users, tokens[:, :-1])  # (B * M, L, D)
+        codes = self.sids.codes[items.flatten()]
+        logp = torch.stack([self._level_log_probs(states[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
+                            for level in range(self.sids.num_levels)], dim=1)
+        return logp.sum(1).view(items.shape)
+
+    def decoder(self, batch: JaggedBatch, use_cache: bool = True):
+        if use_cache and self.backbone.supports_cache:
+            return _CachedDecoder(self, *self._history(batch))
+        return _FullDecoder(self, self._history(batch))
+
+
+class _CachedDecoder:
+    """Prefill the left-padded histories once, then one token per beam per step through the backbone's cache."""
+
+    def __init__(self, model: SIDGenerator, tokens: torch.Tensor, offsets: torch.Tensor):
+        self.model = model
+        lengths = offsets[1:] - offsets[:-1]
+        longest = int(lengths.max())
+        row, col = jagged_index(offsets)
+        padded = torch.zeros(len(lengths), longest, dtype=torch.int64, device=tokens.device)
+        valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
+        at = (row, col + longest - lengths[row])  # left padding: every row ends at the last column
+        padded[at], valid[at] = tokens, True
+        self.first_states, self.cache = model.backbone.prefill(model.tokens.lookup(padded), valid)
+
+    def start(self) -> torch.Tensor:
+        return self.model._level_log_probs(self.first_states, 0)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache = self.model.backbone.select(self.cache, rows)
+
+    def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
+        x = self.model.tokens.lookup(codes + self.model.sids.offsets[level])
+        return self.model._level_log_probs(self.model.backbone.step(x, self.cache), level + 1)
+
+
+class _FullDecoder:
+    """No cache: the backbone over every beam's whole history and prefix at every step."""
+
+    def __init__(self, model: SIDGenerator, history: tuple[torch.Tensor, torch.Tensor]):
+        self.model, self.history = model, history
+        batch = len(history[1]) - 1
+        self.users = torch.arange(batch, device=history[0].device)
+        self.prefix = torch.zeros(batch, 0, dtype=torch.int64, device=history[0].device)
+
+    def _next(self, level: int) -> torch.Tensor:
+        states = self.model._run_rows(self.history, self.users, self.prefix)[:, -1]
+        return self.model._level_log_probs(states, level)
+
+    def start(self) -> torch.Tensor:
+        return self._next(0)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.users, self.prefix = self.users[rows], self.prefix[rows]
+
+    def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
+        self.prefix = torch.cat([self.prefix, (codes + self.model.sids.offsets[level])[:, None]], dim=1)
+        return self._next(level + 1)

@@ -1,0 +1,99 @@
+"""genrec-train with model=tiger and model=sid_gpt on a tiny synthetic dataset: the run folder of the ID-based
+models plus the SID table and decoding settings, 0 invalid IDs, baselines; genrec-eval reproduces the test
+metrics from the checkpoint; errors name the key."""
+import json
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from genrec import evaluate as eval_entry
+from genrec.export import cli as export_cli
+from genrec.export.manifest import validate_manifest
+from genrec import train as train_entry
+from genrec.data.datamodule import load_dataset
+from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+from genrec.training.builders import CONF_DIR
+from tests.generative.helpers import one_thread
+
+single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
+
+TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
+        "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
+        "data.max_len=10", "data.batch_size=64", "threads=1"]
+SMALL = {"tiger": ["model.generator.d_model=16", "model.generator.d_ff=32", "model.generator.num_heads=2",
+                   "model.generator.d_kv=8", "model.generator.num_layers=1", "model.generator.num_decoder_layers=1"],
+         "sid_gpt": ["model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32"]}
+
+
+def _compose(overrides):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def sid_table(tmp_path_factory):
+    """A random SID table (3 levels of 8 x 8 x 4 codes) for the tiny synthetic dataset's items."""
+    tmp = tmp_path_factory.mktemp("sid")
+    cfg = _compose(TINY + [f"data.cache_dir={tmp / 'cache'}"])
+    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
+    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
+    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
+    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids, dataset=data.name).save(tmp)
+    return tmp
+
+
+@pytest.fixture(scope="module", params=["tiger", "sid_gpt"])
+def trained(request, sid_table, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(request.param)
+    cfg = _compose(TINY + SMALL[request.param] + [f"model={request.param}", f"sid_table={sid_table}",
+                                                   f"data.cache_dir={sid_table / 'cache'}"])
+    return request.param, tmp / "run", train_entry.run(cfg, tmp / "run")
+
+
+def test_run_folder_records_the_sid_table_and_decoding(trained, sid_table):
+    name, run_dir, metrics = trained
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert saved["model"] == name and (run_dir / "checkpoints" / "best.ckpt").exists()
+    assert saved["sid_table"]["content_hash"] == SIDTable.load(sid_table).content_hash
+    assert saved["decoding"] | {"ranking": None} == {"beam": 20, "top_k": 20, "constrained": True, "ranking": None,
+                                                     "history_removal": "history items masked in the beam's last step"}
+    for split in ("valid", "test"):
+        assert saved["metrics"][split]["invalid_rate"] == 0.0
+        assert 0.0 <= saved["metrics"][split]["recall@20"] <= 1.0
+    assert set(saved["baselines"]) == {"most_popular", "transitions", "transitions_last3_skip"}
+
+
+def test_eval_entry_reproduces_test_metrics(trained):
+    name, run_dir, metrics = trained
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
+    out = eval_entry.run(cfg)
+    for split in ("valid", "test"):
+        got = out["models"][name]["metrics"][split]
+        assert got == pytest.approx(metrics["metrics"][split], abs=1e-6)
+        assert got["invalid_rate"] == 0.0
+
+
+def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):
+    name, run_dir, metrics = trained
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
+    manifest = export_cli.run(cfg)
+    assert validate_manifest(json.loads((tmp_path / "manifest.json").read_text())) == json.loads(json.dumps(manifest))
+    assert manifest["model"] == {"name": name, "kind": "generative", "num_items": metrics["dataset"]["items"],
+                                 "max_len": 10}
+    assert manifest["decoding"] | {"token_layout": None} == {
+        "sid_table": "sid_table", "id_map": "item_ids", "beam": 20, "top_k": 20, "constrained": True,
+        "exclude_history": True, "token_layout": None}
+    files = {entry["file"] for entry in manifest["artifacts"].values()}
+    assert files == {p.name for p in tmp_path.iterdir()} - {"manifest.json"}
+    exported, trained_with = SIDTable.load(tmp_path), SIDTable.load(sid_table)
+    assert exported.content_hash == trained_with.content_hash == manifest["artifacts"]["sid_table"]["content_hash"]
+    assert json.loads((tmp_path / "item_ids.json").read_text())[1:] == list(trained_with.item_raw_ids[1:])
+
+
+def test_missing_sid_table_is_named(sid_table, tmp_path):
+    cfg = _compose(TINY + ["model=sid_gpt", f"data.cache_dir={sid_table / 'cache'}"])
+    with pytest.raises(ValueError, match="sid_table: model=sid_gpt generates semantic IDs"):
+        train_entry.run(cfg, tmp_path / "run")
