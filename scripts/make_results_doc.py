@@ -46,8 +46,9 @@ NOTES: dict[str, list[str]] = {
         ""],
     "beauty": [
         "Beauty runs were cut to fit a shared 2-core CPU, one seed each instead of `scripts/reproduce_*.sh`'s "
-        "three: SASRec was interrupted, resumed from its own last checkpoint and capped below its preset's epoch "
-        "budget (`trainer.max_epochs` in the file's config); the generative models were stopped by a wall-time "
+        "three: SASRec and HSTU were interrupted, resumed from their own last checkpoints and capped below their "
+        "presets' epoch budgets (`trainer.max_epochs` in each file's config; HSTU got fewer epochs than SASRec, "
+        "both ended on their best validation epoch); the generative models were stopped by a wall-time "
         "budget (`trainer.max_time`, below). A best validation epoch equal to the last epoch means the run was "
         "still improving: its figures are a lower bound of the preset's.",
         ""],
