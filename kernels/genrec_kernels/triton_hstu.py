@@ -31,6 +31,24 @@ def _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets):
 
 
 @triton.jit
+def _biased_scores(q, k, POS, TIME, QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets,
+                   HAS_POS: tl.constexpr, HAS_TIME: tl.constexpr, PRECISION: tl.constexpr):
+    """One tile's ``s = q kᵀ + rab`` for queries ``offs_m`` and keys ``offs_n`` of the sequence at ``start``:
+    ``q (BLOCK_M, d_qk)``, ``k (BLOCK_N, d_qk)`` -> ``s`` fp32, ``valid`` (causal and in range) and the time
+    ``bucket`` of every pair (all ``(BLOCK_M, BLOCK_N)``; ``bucket`` is meaningless without the time part)."""
+    dist = offs_m[:, None] - offs_n[None, :]
+    valid = (dist >= 0) & mask_m[:, None] & mask_n[None, :]
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    bucket = dist
+    if HAS_POS:
+        s += tl.load(POS + tl.maximum(dist, 0), mask=valid, other=0.0)
+    if HAS_TIME:
+        bucket = _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets)
+        s += tl.load(TIME + bucket, mask=valid, other=0.0)
+    return s, valid, bucket
+
+
+@triton.jit
 def _add_position_grad(DPOS, ds, m0, n0, n, BLOCK: tl.constexpr):
     """``DPOS[i - j] += ds[i, j]`` for the square tile of queries ``i = m0 + r``, keys ``j = n0 + c``: the tile's
     diagonals are summed first (a gather skews each into a column), so there is one atomic add per distance rather
@@ -81,14 +99,8 @@ def _hstu_fwd(Q, K, V, OUT, OFFSETS, SCALE, POS, TIME, TS, QTS,
                     mask=mask_n[:, None] & (offs_dqk[None, :] < D_QK), other=0.0)
         v = tl.load(V + (start + offs_n)[:, None] * stride_vn + h * stride_vh + offs_dv[None, :],
                     mask=mask_n[:, None] & (offs_dv[None, :] < D_V), other=0.0)
-        dist = offs_m[:, None] - offs_n[None, :]
-        valid = (dist >= 0) & mask_m[:, None] & mask_n[None, :]
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if HAS_POS:
-            s += tl.load(POS + tl.maximum(dist, 0), mask=valid, other=0.0)
-        if HAS_TIME:
-            bucket = _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets)
-            s += tl.load(TIME + bucket, mask=valid, other=0.0)
+        s, valid, bucket = _biased_scores(q, k, POS, TIME, QTS, TS, start, offs_m, offs_n, mask_m, mask_n,
+                                          num_buckets, HAS_POS, HAS_TIME, PRECISION)
         p = tl.where(valid, s * tl.sigmoid(s) * scale, 0.0)
         acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     tl.store(OUT + (start + offs_m)[:, None] * stride_on + h * stride_oh + offs_dv[None, :],
@@ -128,14 +140,8 @@ def _hstu_bwd_dkdv(Q, K, V, DO, DK, DV, DPOS, DTIME, OFFSETS, SCALE, POS, TIME, 
                     mask=mask_m[:, None] & (offs_dqk[None, :] < D_QK), other=0.0)
         do = tl.load(DO + ((start + offs_m)[:, None] * heads + h) * D_V + offs_dv[None, :],
                      mask=mask_m[:, None] & (offs_dv[None, :] < D_V), other=0.0)
-        dist = offs_m[:, None] - offs_n[None, :]
-        valid = (dist >= 0) & mask_m[:, None] & mask_n[None, :]
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if HAS_POS:
-            s += tl.load(POS + tl.maximum(dist, 0), mask=valid, other=0.0)
-        if HAS_TIME:
-            bucket = _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets)
-            s += tl.load(TIME + bucket, mask=valid, other=0.0)
+        s, valid, bucket = _biased_scores(q, k, POS, TIME, QTS, TS, start, offs_m, offs_n, mask_m, mask_n,
+                                          num_buckets, HAS_POS, HAS_TIME, PRECISION)
         sig = tl.sigmoid(s)
         p = tl.where(valid, s * sig * scale, 0.0)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
@@ -182,14 +188,8 @@ def _hstu_bwd_dq(Q, K, V, DO, DQ, OFFSETS, SCALE, POS, TIME, TS, QTS,
                     mask=mask_n[:, None] & (offs_dqk[None, :] < D_QK), other=0.0)
         v = tl.load(V + (start + offs_n)[:, None] * stride_vn + h * stride_vh + offs_dv[None, :],
                     mask=mask_n[:, None] & (offs_dv[None, :] < D_V), other=0.0)
-        dist = offs_m[:, None] - offs_n[None, :]
-        valid = (dist >= 0) & mask_m[:, None] & mask_n[None, :]
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        if HAS_POS:
-            s += tl.load(POS + tl.maximum(dist, 0), mask=valid, other=0.0)
-        if HAS_TIME:
-            bucket = _time_bucket(QTS, TS, start, offs_m, offs_n, mask_m, mask_n, num_buckets)
-            s += tl.load(TIME + bucket, mask=valid, other=0.0)
+        s, valid, bucket = _biased_scores(q, k, POS, TIME, QTS, TS, start, offs_m, offs_n, mask_m, mask_n,
+                                          num_buckets, HAS_POS, HAS_TIME, PRECISION)
         sig = tl.sigmoid(s)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = tl.where(valid, dp * scale * sig * (1.0 + s * (1.0 - sig)), 0.0)
