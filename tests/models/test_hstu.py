@@ -10,15 +10,12 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from genrec.data.batch import JaggedBatch
-from genrec.embedding import ItemEmbedding
 from genrec.models.attention import hstu as hstu_attention
 from genrec.models.attention.hstu import (RelativeBias, jagged_hstu_attention, length_groups,
                                           padded_hstu_attention, time_bucket)
 from genrec.models.hstu import HSTU
 from genrec.models.jagged import JaggedLayout
-from genrec.models.losses import FullSoftmaxLoss
-from genrec.models.recommender import SequentialRecommender
+from tests.models.successor_pattern import train_on_successor_pattern
 
 
 def _offsets(lengths: list[int]) -> torch.Tensor:
@@ -249,17 +246,5 @@ def test_bad_settings_are_clear_errors():
 
 def test_training_reduces_loss_on_a_learnable_pattern():
     torch.manual_seed(0)
-    model = SequentialRecommender(ItemEmbedding(10, 16), HSTU(16, 2, 1, 16, 16, max_len=8, dropout=0.0)).train()
-    seqs = [[i % 10 + 1 for i in range(s, s + 6)] for s in range(10)]  # item i is always followed by i + 1
-    flat = torch.tensor([i for s in seqs for i in s[:-1]])
-    batch = JaggedBatch(item_ids=flat, offsets=_offsets([5] * 10), user_ids=torch.arange(10),
-                        target_ids=torch.tensor([t for s in seqs for t in s[1:]]))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    loss_fn, first = FullSoftmaxLoss(), None
-    for _ in range(150):
-        loss = model.training_loss(batch, loss_fn)
-        first = first if first is not None else loss.item()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert loss.item() < 0.1 * first
+    first, last = train_on_successor_pattern(HSTU(16, 2, 1, 16, 16, max_len=8, dropout=0.0))
+    assert last < 0.1 * first
