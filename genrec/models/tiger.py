@@ -96,7 +96,14 @@ class TIGER(GenerativeRecommender):
 class _CachedDecoder:
     """T5's decoder one token at a time over the loaded weights of ``model.t5``: self-attention keys/values cached
     per beam, cross-attention keys/values computed once per user and attended by all of its beams at once (the
-    beams of a user are consecutive rows, the same number for every user, as beam search keeps them)."""
+    beams of a user are consecutive rows, the same number for every user, as beam search keeps them).
+
+    The self-attention cache is one preallocated tensor for all blocks, ``(L, blocks, 2, R, H * d_kv)`` with ``L``
+    the tuple length: appending writes in place, and reordering the beams is one ``index_select`` of the positions
+    filled so far. With at most ``L`` keys per row, the attention over them is an elementwise product and a sum
+    (a batched matmul of ``R * H`` one-row products costs more in dispatch than in arithmetic). Inference only:
+    nothing here records gradients.
+    """
 
     def __init__(self, model: TIGER, hidden: torch.Tensor, mask: torch.Tensor):
         t5 = model.t5
@@ -105,46 +112,51 @@ class _CachedDecoder:
         self.heads, self.d_kv = config.num_heads, config.d_kv
         self.scale = getattr(config, "scale_decoder_outputs", config.tie_word_embeddings)
         self.batch, length = hidden.shape[:2]
-        self.cross = []  # per block: keys and values (B, H, T, d_kv)
+        self.qkv = [torch.cat([a.q.weight, a.k.weight, a.v.weight]) for a in
+                    (block.layer[0].SelfAttention for block in self.blocks)]  # (3 * H * d_kv, D) per block
+        self.cross = []  # per block: keys (B, H, d_kv, T) and values (B, H, T, d_kv), contiguous for the matmuls
         for block in self.blocks:
             attention = block.layer[1].EncDecAttention
-            self.cross.append(tuple(self._heads(proj(hidden)) for proj in (attention.k, attention.v)))
+            keys, values = (self._heads(proj(hidden)) for proj in (attention.k, attention.v))
+            self.cross.append((keys.transpose(-1, -2).contiguous(), values.contiguous()))
         self.cross_bias = torch.zeros(self.batch, 1, 1, length, device=hidden.device)
         self.cross_bias.masked_fill_(~mask.bool()[:, None, None, :], torch.finfo(torch.float32).min)
-        self.keys: list[torch.Tensor | None] = [None] * len(self.blocks)
-        self.values: list[torch.Tensor | None] = [None] * len(self.blocks)
+        self.cache: torch.Tensor | None = None  # (L, blocks, 2, R, H * d_kv), allocated at the first token
         self.length = 0
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(R, T, H * d_kv)`` -> ``(R, H, T, d_kv)``."""
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_kv).transpose(1, 2)
 
+    @torch.no_grad()
     def _run(self, tokens: torch.Tensor, level: int) -> torch.Tensor:
         """Feed one token per row ``tokens (R,)`` -> ``(R, K_level)`` log-probabilities of the next token, a code
         of ``level`` (the output layer is applied to that level's rows only)."""
-        rows = len(tokens)
+        rows, step, inner = len(tokens), self.length, self.heads * self.d_kv
         width = rows // self.batch
-        x = self.t5.decoder.embed_tokens(tokens)[:, None, :]  # (R, 1, D)
-        position_bias = self.blocks[0].layer[0].SelfAttention.compute_bias(self.length + 1, self.length + 1,
-                                                                          device=x.device)[:, :, -1:, :]
+        x = self.t5.decoder.embed_tokens(tokens)  # (R, D)
+        if self.cache is None:
+            self.cache = x.new_zeros((self.model.sids.num_levels, len(self.blocks), 2, rows, inner))
+        position_bias = self.blocks[0].layer[0].SelfAttention.compute_bias(step + 1, step + 1, device=x.device)
+        position_bias = position_bias[0, :, -1].T  # (step + 1, H): this token's bias to every cached position
         for i, block in enumerate(self.blocks):
             layer, attention = block.layer[0], block.layer[0].SelfAttention
-            h = layer.layer_norm(x)
-            q, k, v = (self._heads(proj(h)) for proj in (attention.q, attention.k, attention.v))
-            self.keys[i] = k if self.keys[i] is None else torch.cat([self.keys[i], k], dim=2)
-            self.values[i] = v if self.values[i] is None else torch.cat([self.values[i], v], dim=2)
-            weights = torch.softmax((q @ self.keys[i].transpose(-1, -2) + position_bias).float(), dim=-1)
-            x = x + attention.o((weights.to(q.dtype) @ self.values[i]).transpose(1, 2).reshape(rows, 1, -1))
+            q, k, v = F.linear(layer.layer_norm(x), self.qkv[i]).split(inner, dim=1)
+            self.cache[step, i, 0], self.cache[step, i, 1] = k, v
+            keys, values = self.cache[:step + 1, i].view(step + 1, 2, rows, self.heads, self.d_kv).unbind(1)
+            scores = (q.view(rows, self.heads, self.d_kv) * keys).sum(-1) + position_bias[:, None]  # (step+1, R, H)
+            weights = torch.softmax(scores.float(), dim=0).to(q.dtype)
+            x = x + attention.o((weights[..., None] * values).sum(0).view(rows, inner))
 
             layer, attention = block.layer[1], block.layer[1].EncDecAttention
             q = attention.q(layer.layer_norm(x)).view(self.batch, width, self.heads, self.d_kv).transpose(1, 2)
             keys, values = self.cross[i]
-            weights = torch.softmax((q @ keys.transpose(-1, -2) + self.cross_bias).float(), dim=-1)  # (B, H, W, T)
-            x = x + attention.o((weights.to(q.dtype) @ values).transpose(1, 2).reshape(rows, 1, -1))
+            weights = torch.softmax((q @ keys + self.cross_bias).float(), dim=-1)  # (B, H, W, T)
+            x = x + attention.o((weights.to(q.dtype) @ values).transpose(1, 2).reshape(rows, inner))
 
             layer = block.layer[2]
             x = x + layer.DenseReluDense(layer.layer_norm(x))
-        x = self.t5.decoder.final_layer_norm(x[:, 0])
+        x = self.t5.decoder.final_layer_norm(x)
         self.length += 1
         x = x * self.t5.config.d_model ** -0.5 if self.scale else x
         logits = x @ self.t5.lm_head.weight[self.model.sids.level_slice(level)].T
@@ -154,9 +166,11 @@ class _CachedDecoder:
         bos = torch.full((self.batch,), BOS_TOKEN, dtype=torch.int64, device=self.cross_bias.device)
         return self._run(bos, 0)
 
+    @torch.no_grad()
     def select(self, rows: torch.Tensor) -> None:
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
+        cache = self.cache.new_empty(self.cache.shape[:3] + (len(rows), self.cache.shape[4]))
+        torch.index_select(self.cache[:self.length], 3, rows, out=cache[:self.length])
+        self.cache = cache
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
         return self._run(codes + self.model.sids.offsets[level], level + 1)
