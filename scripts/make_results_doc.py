@@ -461,7 +461,9 @@ def bench_beam_tables(files: list[dict]) -> list[str]:
         if prefill:
             out += ["", "genrec's prefill alone (TIGER: the encoder and the cross-attention keys/values; decoder-only: "
                     "the history's keys/values), paid once per user whatever the beam: " + ", ".join(prefill)
-                    + ". TIGER's decoder is 4 tokens long: without a cache it recomputes those few tokens and the "
+                    + ". The naive TIGER decoder runs the encoder once per user too (as `transformers`' `generate` "
+                    "does without a cache), so it pays the same prefill. TIGER's decoder is 4 tokens long: without a "
+                    "cache it recomputes those few tokens and the "
                     "cross-attention keys/values at every step, while the feed-forward work of every beam stays the "
                     "same, so a cache saves less than on the decoder-only model, whose naive decoder re-runs the "
                     f"whole history (up to {longest.get('sid_gpt', '?')} tokens) at every step of every beam."]
