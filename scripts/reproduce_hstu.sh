@@ -4,7 +4,8 @@
 #   ml100k_hstu, ml100k_hstu_large, ml100k_sasrec (genrec's preset), ml100k_sasrec_cosine (SASRec with HSTU's
 #   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh).
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
-# Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default)
+# Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
+#        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
 # On a shared 2-core machine each run takes 0.5-3 h (see the train times in docs/results.md): run parts in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ for part in "${PARTS[@]}"; do
   [ -n "${ARGS[$part]:-}" ] || { echo "unknown part $part; known: ${!ARGS[*]}" >&2; exit 2; }
   for seed in $SEEDS; do
     # shellcheck disable=SC2086
-    "$PY" -m genrec.train ${ARGS[$part]} seed="$seed" results_name="${part}_seed${seed}" \
+    "$PY" -m genrec.train ${ARGS[$part]} ${OVERRIDES:-} seed="$seed" results_name="${part}_seed${seed}" \
       trainer.enable_progress_bar=false hydra.run.dir="runs/${part}_seed${seed}"
   done
 done
