@@ -14,7 +14,6 @@ from typing import Any
 
 import hydra
 import lightning as L
-import pandas as pd
 import torch
 import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
@@ -24,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy
+from genrec.dist.checkpoint import META_FILE, is_distributed_checkpoint
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task, is_generative
@@ -125,7 +125,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
         "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
-        "best_epoch": _best_epoch(csv_logger, monitor),
+        "best_epoch": _checkpoint_epoch(checkpoint.best_model_path),
         "epochs_run": trainer.current_epoch,
         "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
@@ -161,9 +161,12 @@ def _generative_info(cfg: DictConfig, model) -> dict[str, Any]:
                                     "it count as misses (MRR truncated there)"}}
 
 
-def _best_epoch(csv_logger: CSVLogger, monitor: str) -> int:
-    frame = pd.read_csv(Path(csv_logger.log_dir) / "metrics.csv").dropna(subset=[monitor])
-    return int(frame.loc[frame[monitor].idxmax(), "epoch"])
+def _checkpoint_epoch(path: str | Path) -> int:
+    """The epoch (0-based) in which a Lightning checkpoint was written: a file, or a distributed checkpoint folder
+    (its ``meta.pt``). Read from the checkpoint rather than the CSV log, which a resumed run starts afresh."""
+    path = Path(path)
+    meta = path / META_FILE if is_distributed_checkpoint(path) else path
+    return int(torch.load(meta, map_location="cpu", weights_only=False, mmap=not path.is_dir())["epoch"])
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -36,6 +37,35 @@ def test_run_folder_contents(trained):
     assert 250 < saved["dataset"]["users"] <= 300 and saved["commit"]
     for split in ("valid", "test"):
         assert set(saved["metrics"][split]) >= {"recall@10", "ndcg@10", "mrr"}
+
+
+def test_best_epoch_is_the_logged_best_validation_epoch(trained, tmp_path):
+    run_dir, metrics = trained
+    logged = pd.read_csv(run_dir / "logs" / "metrics.csv").dropna(subset=["val/ndcg@10"])
+    per_epoch = logged.iloc[:metrics["epochs_run"]]  # the last row is the re-validation of the best checkpoint
+    assert metrics["best_epoch"] == per_epoch.loc[per_epoch["val/ndcg@10"].idxmax(), "epoch"]
+    assert metrics["metrics"]["valid"]["ndcg@10"] == pytest.approx(per_epoch["val/ndcg@10"].max(), abs=1e-6)
+
+def _epoch_scores(run_dir, epochs: int) -> list[float]:
+    """Validation NDCG@10 per trained epoch from the run's CSV log (its last row re-validates the best checkpoint)."""
+    logged = pd.read_csv(run_dir / "logs" / "metrics.csv").dropna(subset=["val/ndcg@10"])
+    return logged.set_index("epoch")["val/ndcg@10"].iloc[:-1].loc[:epochs - 1].tolist()
+
+
+def test_best_epoch_survives_a_resume(tmp_path):
+    """A run resumed in its own folder whose best epoch came before the resume reports that epoch (the resumed run's
+    CSV log no longer holds it)."""
+    run_dir, overrides = tmp_path / "run", TINY + [f"data.cache_dir={tmp_path / 'cache'}", "optim.lr=0.2"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        first = train_entry.run(compose("train", overrides=overrides), run_dir)
+        scores = _epoch_scores(run_dir, 2)
+        resumed = train_entry.run(compose("train", overrides=overrides + [
+            "trainer.max_epochs=3", f"resume_from={run_dir / 'checkpoints' / 'last.ckpt'}"]), run_dir)
+    scores += _epoch_scores(run_dir, 3)[-1:]
+    assert first["best_epoch"] == scores.index(max(scores[:2]))
+    assert scores[2] < max(scores[:2]), "this setting should make the epoch after the resume worse (lr 0.2)"
+    assert resumed["epochs_run"] == 3 and resumed["best_epoch"] == first["best_epoch"]
+    assert resumed["metrics"]["valid"]["ndcg@10"] == pytest.approx(max(scores), abs=1e-6)
 
 
 def test_eval_entry_reproduces_test_metrics(trained):
