@@ -8,7 +8,7 @@
 # Needs the dataset in $GENREC_DATA_DIR (default ../shared/data). The presets train up to 30 / 50 epochs with early
 # stopping: hours on 2 CPU cores. The numbers in results/ were cut to fit a shared 2-core machine:
 #   TIGER_ARGS="trainer.max_epochs=2 +trainer.max_time=00:00:24:00"
-#   SID_GPT_ARGS="trainer.max_epochs=3 +trainer.max_time=00:00:12:00"
+#   SID_GPT_ARGS="trainer.max_epochs=40 +trainer.max_time=00:00:47:00" (trained in three resumed segments)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
