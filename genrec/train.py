@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy
-from genrec.dist.checkpoint import META_FILE, is_distributed_checkpoint
+from genrec.dist.checkpoint import checkpoint_epoch
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
 from genrec.training.builders import CONF_DIR, build_datamodule, build_task, is_generative
@@ -125,7 +125,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
         "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
-        "best_epoch": _checkpoint_epoch(checkpoint.best_model_path),
+        "best_epoch": checkpoint_epoch(checkpoint.best_model_path),  # not the CSV log: a resume restarts it
         "epochs_run": trainer.current_epoch,
         "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
@@ -159,14 +159,6 @@ def _generative_info(cfg: DictConfig, model) -> dict[str, Any]:
                          cfg.eval.exclude_history else "none",
                          "ranking": f"the beam's top-{model.top_k} items ranked by log-probability; items outside "
                                     "it count as misses (MRR truncated there)"}}
-
-
-def _checkpoint_epoch(path: str | Path) -> int:
-    """The epoch (0-based) in which a Lightning checkpoint was written: a file, or a distributed checkpoint folder
-    (its ``meta.pt``). Read from the checkpoint rather than the CSV log, which a resumed run starts afresh."""
-    path = Path(path)
-    meta = path / META_FILE if is_distributed_checkpoint(path) else path
-    return int(torch.load(meta, map_location="cpu", weights_only=False, mmap=not path.is_dir())["epoch"])
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")

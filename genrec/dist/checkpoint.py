@@ -66,3 +66,11 @@ def load_weights(path: str | Path, module: nn.Module) -> None:
         restore(path, module)
     else:
         module.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["state_dict"])
+
+
+def checkpoint_epoch(path: str | Path) -> int:
+    """The epoch (0-based) in which a checkpoint was written: a distributed checkpoint folder (its ``meta.pt``) or a
+    single Lightning ``.ckpt`` file (memory-mapped: only the epoch is read)."""
+    if is_distributed_checkpoint(path):
+        return int(torch.load(Path(path) / META_FILE, map_location="cpu", weights_only=False)["epoch"])
+    return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"])

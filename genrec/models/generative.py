@@ -99,8 +99,13 @@ class BeamScorer:
         self.invalid += int(result.invalid.sum())
         return result.score_matrix(self.model.num_items + 1)
 
+    def pop_counts(self) -> tuple[int, int]:
+        """``(decoded, invalid)`` tuples since the last call, then zero them."""
+        counts = (self.decoded, self.invalid)
+        self.decoded = self.invalid = 0
+        return counts
+
     def pop_invalid_rate(self) -> float:
         """Share of decoded tuples that were no item since the last call (0 with constrained decoding)."""
-        rate = self.invalid / max(self.decoded, 1)
-        self.decoded = self.invalid = 0
-        return rate
+        decoded, invalid = self.pop_counts()
+        return invalid / max(decoded, 1)

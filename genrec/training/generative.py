@@ -35,7 +35,7 @@ class GenerativeTask(L.LightningModule):
         self.model.exclude_history = exclude_history
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
         self.evaluator = Evaluator(tuple(ks), exclude_history)
-        self._decoded = self._invalid = 0
+        self.scorer = model.scorer()  # the beam's list as a score matrix; counts the tuples that are no item
 
     def training_step(self, batch: JaggedBatch, batch_idx: int) -> torch.Tensor:
         loss = self.model.loss(batch)
@@ -43,10 +43,7 @@ class GenerativeTask(L.LightningModule):
         return loss
 
     def _eval_step(self, batch: JaggedBatch) -> None:
-        result = self.model.generate(batch)
-        self.evaluator.update(result.score_matrix(self.model.num_items + 1), batch)
-        self._decoded += int(result.found.sum())
-        self._invalid += int(result.invalid.sum())
+        self.evaluator.update(self.scorer(batch), batch)
 
     def _sum_over_processes(self, totals: torch.Tensor) -> torch.Tensor:
         return self.trainer.strategy.reduce(totals.to(self.device), reduce_op="sum").cpu()
@@ -54,7 +51,7 @@ class GenerativeTask(L.LightningModule):
     def _eval_epoch_end(self, prefix: str) -> None:
         # exact totals over the users of every process (one process: unchanged), as in RetrievalTask
         self.evaluator.metrics.merge(self._sum_over_processes)
-        decoded, invalid = self._sum_over_processes(torch.tensor([self._decoded, self._invalid],
+        decoded, invalid = self._sum_over_processes(torch.tensor(self.scorer.pop_counts(),
                                                                  dtype=torch.float64)).tolist()
         metrics = {**self.evaluator.compute(), "invalid_rate": invalid / max(decoded, 1.0)}
         for name, value in metrics.items():
@@ -62,7 +59,6 @@ class GenerativeTask(L.LightningModule):
             self.log(f"{prefix}/{name}", value, prog_bar=name in ("ndcg@10", "recall@10"), sync_dist=True,
                      reduce_fx="max")
         self.evaluator.reset()
-        self._decoded = self._invalid = 0
 
     def validation_step(self, batch: JaggedBatch, batch_idx: int) -> None:
         self._eval_step(batch)

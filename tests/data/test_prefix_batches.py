@@ -6,14 +6,7 @@ import torch
 
 from genrec.data.batch import EvalSequences, LengthBucketSampler, TrainPrefixes, TrainSequences
 from genrec.data.datamodule import SequenceDataModule
-from genrec.data.preprocess import PreprocessConfig, build_sequences
-from genrec.data.synthetic import generate_synthetic
 
-
-@pytest.fixture(scope="module")
-def data():
-    log = generate_synthetic(num_users=300, num_items=200, num_clusters=8, mean_length=12, seed=3)
-    return build_sequences(log, PreprocessConfig(min_user_interactions=5, min_item_interactions=1, dedupe=True))
 
 
 def test_prefixes_are_every_training_target_with_the_items_before_it(data):

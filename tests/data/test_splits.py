@@ -1,18 +1,11 @@
 """Leave-one-out splits leak nothing; truncation keeps the most recent items; batches are jagged and exact."""
 import numpy as np
 import pandas as pd
-import pytest
 import torch
 
 from genrec.data.batch import EvalSequences, TrainSequences, collate
-from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.data.synthetic import generate_synthetic
 
-
-@pytest.fixture(scope="module")
-def data():
-    log = generate_synthetic(num_users=300, num_items=200, num_clusters=8, mean_length=12, seed=3)
-    return build_sequences(log, PreprocessConfig(min_user_interactions=5, min_item_interactions=1, dedupe=True))
 
 
 def test_no_split_sees_its_own_target(data):
