@@ -16,14 +16,15 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.dist.checkpoint import load_weights
 from genrec.eval.baselines import BASELINES
 from genrec.eval.breakdown import breakdowns, rank_users
 from genrec.eval.plots import plot_evaluation
 from genrec.models.generative import BeamScorer, GenerativeRecommender
 from genrec.train import format_table
-from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from genrec.conf import CONF_MODULE
+from genrec.training.builders import build_datamodule, build_task
 from genrec.utils.provenance import provenance, write_json
 
 
@@ -111,7 +112,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return out
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="eval")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)

@@ -21,12 +21,13 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.dist.checkpoint import checkpoint_epoch
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
-from genrec.training.builders import CONF_DIR, build_datamodule, build_task, is_generative
+from genrec.conf import CONF_MODULE
+from genrec.training.builders import build_datamodule, build_task, is_generative
 from genrec.training.plots import plot_curves
 from genrec.utils.provenance import REPO_ROOT, provenance, write_json
 
@@ -161,7 +162,7 @@ def _generative_info(cfg: DictConfig, model) -> dict[str, Any]:
                                     "it count as misses (MRR truncated there)"}}
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="train")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg, Path(HydraConfig.get().runtime.output_dir))

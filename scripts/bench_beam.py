@@ -71,7 +71,8 @@ def _setup(model: str, args: argparse.Namespace):
     """-> (config, task in eval mode, test batches of the sampled users)."""
     from hydra import compose, initialize_config_dir
 
-    from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+    from genrec.conf import CONF_DIR
+    from genrec.training.builders import build_datamodule, build_task
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={EXPERIMENTS[model]}", f"sid_table={args.sid_table}"])

@@ -59,7 +59,7 @@ def _cuda() -> bool:
 def _compose(args: argparse.Namespace, max_len: int):
     from hydra import compose, initialize_config_dir
 
-    from genrec.training.builders import CONF_DIR
+    from genrec.conf import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         return compose("train", overrides=[f"data={args.data}", f"model={args.model}", f"loss@model.loss={args.loss}",

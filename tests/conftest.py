@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from genrec import train as train_entry  # noqa: E402
-from genrec.training.builders import CONF_DIR  # noqa: E402
+from genrec.conf import CONF_DIR  # noqa: E402
 
 #: A tiny synthetic run: ~300 users, 120 items, one epoch (about 15 s on 2 cores).
 TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",

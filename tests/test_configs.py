@@ -6,12 +6,13 @@ from hydra.utils import get_method, instantiate
 from omegaconf import OmegaConf
 
 from genrec.data.datamodule import read_log
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.cli import build
 from genrec.train import trainer_arguments
-from genrec.training.builders import CONF_DIR, build_task, is_generative
+from genrec.conf import CONF_DIR
+from genrec.training.builders import build_task, is_generative
 from tests.shared import SHARED
 
 

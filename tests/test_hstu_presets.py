@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 
 
 def _write_grouplens(folder, fmt: str, users: int = 40, movies: int = 30, per_user: int = 12) -> None:

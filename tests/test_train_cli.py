@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 
 TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
         "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",

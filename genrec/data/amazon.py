@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.io import add_missing_items, iter_lines, normalize_ids, read_text, require_file
 from genrec.data.schema import ITEM, RATING, TEXT_FIELDS, TIMESTAMP, USER, InteractionLog
 

@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.io import (add_missing_items, first_line, iter_lines, normalize_ids, pandas_compression,
                             require_file)
 from genrec.data.schema import ITEM, RATING, TEXT_FIELDS, TIMESTAMP, USER, InteractionLog

@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.schema import ITEM
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.io import (first_line, iter_lines, parse_int, read_numeric_table, read_text, require_file,
                              split_fields)
 from genrec.data.schema import ITEM, RATING, TIMESTAMP, USER, InteractionLog

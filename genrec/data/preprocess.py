@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.schema import ITEM, PAD_ITEM, RATING, TIMESTAMP, USER, InteractionLog, SequenceData
 
 log = logging.getLogger(__name__)

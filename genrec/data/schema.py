@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 
 USER = "user"
 ITEM = "item"

@@ -32,7 +32,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import genrec
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.evaluate import load_run
 from genrec.export.index import build_index, exact_top_k, recall_at_k
 from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, sha256, write_manifest
@@ -40,7 +40,8 @@ from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tow
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
 from genrec.tokenize.sid_table import PARQUET_FILE, SAFETENSORS_FILE
-from genrec.training.builders import CONF_DIR, load_sid_table
+from genrec.conf import CONF_MODULE
+from genrec.training.builders import load_sid_table
 from genrec.utils.provenance import git_commit
 
 log = logging.getLogger("genrec.export")
@@ -243,7 +244,7 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
     return manifest
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="export")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="export")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)

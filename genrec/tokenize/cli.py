@@ -25,7 +25,7 @@ from genrec.tokenize.collisions import resolve_collisions
 from genrec.tokenize.health import health_report, plot_health, plot_training
 from genrec.tokenize.quantizer import Quantizer
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_MODULE
 from genrec.utils.provenance import REPO_ROOT, provenance, write_json
 
 log = logging.getLogger("genrec.tokenize")
@@ -107,7 +107,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="tokenize")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="tokenize")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg, Path(HydraConfig.get().runtime.output_dir))

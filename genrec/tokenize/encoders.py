@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.schema import TEXT_FIELDS, SequenceData
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.numpy import load_file, save_file
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 
 FORMAT_VERSION = 1
 PARQUET_FILE, SAFETENSORS_FILE = "sid_table.parquet", "sid_table.safetensors"

@@ -1,8 +1,6 @@
 """Objects built from a resolved config: shared by the train and eval entry points."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import lightning as L
 import numpy as np
 from hydra.utils import instantiate
@@ -13,8 +11,6 @@ from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.sid_table import SIDTable
 from genrec.training.generative import GenerativeTask
 from genrec.training.module import RetrievalTask
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def is_generative(cfg: DictConfig) -> bool:

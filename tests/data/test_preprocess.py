@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.data.schema import InteractionLog
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from genrec.data.amazon import read_amazon_lcrec, read_amazon_reviews, read_amazon_sequences
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.data.generic import read_events
 from genrec.data.movielens import GENRES_100K, read_movielens
 from genrec.data.schema import ITEM, RATING, TIMESTAMP, USER

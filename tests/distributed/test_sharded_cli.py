@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
 from genrec.dist.checkpoint import is_distributed_checkpoint
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 from tests.test_train_cli import TINY
 
 pytestmark = pytest.mark.dist

@@ -7,7 +7,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from genrec import evaluate as eval_entry
-from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from genrec.conf import CONF_DIR
+from genrec.training.builders import build_datamodule, build_task
 
 
 def _eval_config(*overrides: str):

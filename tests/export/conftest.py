@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from genrec.export import cli
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 

@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from genrec.export.index import build_index, exact_top_k, gpu_available, recall_at_k
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 
 
 def _clustered(n: int, dim: int, seed: int) -> np.ndarray:

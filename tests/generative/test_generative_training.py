@@ -13,7 +13,7 @@ from genrec.export.manifest import validate_manifest
 from genrec import train as train_entry
 from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 from tests.generative.helpers import one_thread
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)

@@ -7,10 +7,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, TextEncoder,
                                       item_texts)
-from genrec.training.builders import CONF_DIR, build_datamodule, build_task
+from genrec.conf import CONF_DIR
+from genrec.training.builders import build_datamodule, build_task
 from tests.shared import skip_without_shared
 from tests.tokenize.helpers import make_data
 

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from genrec.data.errors import DataError
+from genrec.errors import DataError
 from genrec.tokenize.sid_table import PARQUET_FILE, PAD_CODE, SIDTable
 from genrec.utils.provenance import REPO_ROOT
 

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from genrec.tokenize import SIDTable
 from genrec.tokenize import cli
-from genrec.training.builders import CONF_DIR
+from genrec.conf import CONF_DIR
 
 TINY_DATA = ["data.reader.num_users=300", "data.reader.num_items=150", "data.reader.num_clusters=6",
              "encoder=categorical", "threads=1"]
