@@ -176,7 +176,7 @@ def attention_case(n_tokens: int, args: argparse.Namespace, rng) -> dict:
     results = {name: _measure(fn, leaves, args) for name, fn in impls.items()}
 
     # softmax attention of the same shape (no relative bias: flash kernels have none)
-    from genrec.models.jagged import jagged_to_padded
+    from genrec.ops.jagged import jagged_to_padded
 
     padded = [jagged_to_padded(t.detach(), offsets, longest).transpose(1, 2).contiguous().requires_grad_()
               for t in (q, k, v if args.d_v == args.d_qk else q)]

@@ -105,10 +105,6 @@ class SequenceData:
     def sequence(self, user: int) -> np.ndarray:
         return self.item_ids[self.offsets[user]:self.offsets[user + 1]]
 
-    def item_index(self) -> dict:
-        """Raw item ID -> dense item ID."""
-        return {raw: i for i, raw in enumerate(self.item_raw_ids) if i != PAD_ITEM}
-
     def summary(self) -> dict:
         lengths = self.lengths
         return {

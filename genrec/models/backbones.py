@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from genrec.models.encoder import SequenceEncoder
-from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 from genrec.models.sasrec import SASRec
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from genrec.models.attention import RelativeBias, check_name, resolve
 from genrec.models.encoder import SequenceEncoder
-from genrec.models.jagged import JaggedLayout
+from genrec.ops.jagged import JaggedLayout
 
 DENOMINATORS = ("max_len", "length")
 VARIANTS = ("paper", "production")

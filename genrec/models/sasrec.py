@@ -17,7 +17,7 @@ from torch import nn
 
 from genrec.models.attention import check_name, resolve
 from genrec.models.encoder import SequenceEncoder
-from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 
 
 class CausalSelfAttention(nn.Module):

@@ -20,7 +20,7 @@ from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
 from genrec.models.backbones import TokenBackbone, as_backbone
 from genrec.models.generative import GenerativeRecommender
-from genrec.models.jagged import jagged_index
+from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
 from genrec.tokenize.sid_table import SIDTable
 

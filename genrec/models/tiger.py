@@ -21,7 +21,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from genrec.data.batch import JaggedBatch
 from genrec.models.generative import GenerativeRecommender
-from genrec.models.jagged import jagged_to_padded
+from genrec.ops.jagged import jagged_to_padded
 from genrec.models.semantic_ids import BOS_TOKEN, PAD_TOKEN
 from genrec.tokenize.sid_table import SIDTable
 

@@ -3,7 +3,7 @@
 
     s_ij = q_i·k_j + pos[i - j] + time[bucket(query_ts_i - ts_j)],   out_i = sum_{j <= i} SiLU(s_ij) · scale_b · v_j
 
-for ``i, j`` positions within one sequence ``b`` (``bucket`` as :func:`genrec.models.attention.time_bucket`, in
+for ``i, j`` positions within one sequence ``b`` (``bucket`` as :func:`genrec.ops.hstu.time_bucket`, in
 float32). One program handles one block of ``BLOCK_M`` queries (forward, dQ) or ``BLOCK_N`` keys (dK, dV) of one
 sequence and one head; it visits only the blocks on or below the diagonal of its own sequence, so the work follows
 ``sum_b n_b²`` and nothing is padded. The bias gradients are summed with atomic adds (fp32), after a reduction

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 import genrec_kernels as gk
 from genrec.models.attention import resolve
-from genrec.models.attention.hstu import RelativeBias, padded_hstu_attention
+from genrec.models.attention.hstu import padded_hstu_attention
 from genrec.models.hstu import HSTU
-from genrec.models.jagged import JaggedLayout
+from genrec.ops.hstu import RelativeBias
+from genrec.ops.jagged import JaggedLayout
 from genrec_kernels import reference
 
 CUDA = torch.cuda.is_available()
@@ -120,7 +121,10 @@ def test_the_reference_is_hstus_padded_reference():
 @given(rows=st.integers(1, 70), width=st.integers(2, 70), affine=st.booleans(), strided=st.booleans(),
        seed=st.integers(0, 10**6))
 def test_triton_layer_norm_mul_equals_the_reference_with_gradients(rows, width, affine, strided, seed):
-    """(Width 1 left out: LayerNorm of one value is constant, and torch's own gradient there is rounding noise times
+    """The kernel's error against a float64 reference is at most a few times float32 PyTorch's own error, plus a
+    small floor: a row whose values nearly coincide makes LayerNorm ill-conditioned (its output moves by ~1/std per
+    rounding error), and there both float32 paths are equally far from the exact value.
+    (Width 1 left out: LayerNorm of one value is constant, and torch's own gradient there is rounding noise times
     ``1 / sqrt(eps)``, where the kernel gives the exact 0.)"""
     g = torch.Generator().manual_seed(seed)
     uv = torch.randn(rows, 2 * width, generator=g).to(DEVICE).requires_grad_()
@@ -129,14 +133,17 @@ def test_triton_layer_norm_mul_equals_the_reference_with_gradients(rows, width, 
     weight, bias = ((torch.randn(width, generator=g).to(DEVICE).requires_grad_() if affine else None)
                     for _ in range(2))
     leaves = [u, x] + ([weight, bias] if affine else [])
+    copies = {dtype: [t.detach().to(dtype).requires_grad_() for t in leaves]
+              for dtype in (torch.float32, torch.float64)}
     results = []
-    for backend in ("triton", "pytorch"):
-        out = gk.layer_norm_mul(u, x, weight, bias, 1e-6, backend=backend)
-        results.append((out, torch.autograd.grad((out * out.detach().cos()).sum(), leaves)))
-    (out_t, grads_t), (out_r, grads_r) = results
-    assert _close(out_t, out_r, 1e-5)
-    for got, expected in zip(grads_t, grads_r):
-        assert _close(got, expected, 1e-4)
+    for backend, inputs in (("triton", leaves), ("pytorch", copies[torch.float32]), ("pytorch", copies[torch.float64])):
+        u_, x_, *affine_ = inputs
+        out = gk.layer_norm_mul(u_, x_, *(affine_ or [None, None]), 1e-6, backend=backend)
+        results.append([out, *torch.autograd.grad((out * out.detach().cos()).sum(), inputs)])
+    for got, torch32, exact in zip(*results):
+        scale = max(1.0, exact.abs().max().item())
+        own_error = (torch32.double() - exact).abs().max().item()
+        assert (got.double() - exact).abs().max().item() <= 4 * own_error + 1e-5 * scale
 
 
 # ---- jagged <-> padded ------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from genrec.models.attention import names, register, resolve
 from genrec.models.attention import registry
 from genrec.models.attention.softmax import padded_softmax_attention, sdpa_attention
-from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 from genrec.models.sasrec import SASRec
 
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from genrec.models.attention import hstu as hstu_attention
-from genrec.models.attention.hstu import (RelativeBias, jagged_hstu_attention, length_groups,
-                                          padded_hstu_attention, time_bucket)
+from genrec.models.attention.hstu import jagged_hstu_attention, length_groups, padded_hstu_attention
 from genrec.models.hstu import HSTU
-from genrec.models.jagged import JaggedLayout
+from genrec.ops.hstu import RelativeBias, time_bucket
+from genrec.ops.jagged import JaggedLayout
 from tests.models.successor_pattern import train_on_successor_pattern
 
 

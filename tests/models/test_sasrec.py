@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
-from genrec.models.jagged import jagged_to_padded, padded_to_jagged
+from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 from genrec.models.losses import FullSoftmaxLoss, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from tests.models.successor_pattern import train_on_successor_pattern

@@ -9,9 +9,9 @@ Two implementations:
   longest (groups chosen by :func:`length_groups`), so the work follows ``sum_i n_i²`` rather than
   ``B · max_i n_i²``. It gives the same result as ``"padded"``.
 
-Both take the bias as its inputs (:class:`RelativeBias`) rather than as a dense matrix, so a fused kernel can build
-it in place. Padding uses fbgemm's jagged <-> dense ops (fbgemm comes with TorchRec; imported on first use, so the
-bias helpers load without it).
+Both take the bias as its inputs (:class:`~genrec.ops.hstu.RelativeBias`) rather than as a dense matrix, so a fused
+kernel can build it in place, and share :func:`~genrec.ops.hstu.pointwise_attention`. Padding uses fbgemm's
+jagged <-> dense ops (fbgemm comes with TorchRec; imported on first use).
 """
 from __future__ import annotations
 
@@ -19,66 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from genrec.models.attention.registry import register
-from genrec.models.jagged import JaggedLayout
+from genrec.ops.hstu import RelativeBias, pointwise_attention
+from genrec.ops.jagged import JaggedLayout
 
-#: width of one time bucket in log-seconds (Meta's HSTU: bucket = floor(ln(max(|Δt|, 1)) / 0.301)).
-TIME_BUCKET_WIDTH = 0.301
 #: fixed cost of one length group of the jagged path, in attention-score elements: a group of G sequences padded
 #: to L costs G·L² + GROUP_OVERHEAD (about the per-group operator overhead of a CPU training step).
 GROUP_OVERHEAD = 32_768
-
-
-def time_bucket(delta: torch.Tensor, num_buckets: int) -> torch.Tensor:
-    """``floor(ln(max(|Δt|, 1)) / 0.301)`` clamped to ``[0, num_buckets]``: ``(*,)`` int64 seconds -> ``(*,)`` int64.
-
-    Gaps of 0-1 s fall in bucket 0 and each later bucket is e^0.301 ≈ 1.35 times wider (a minute is bucket 13, an
-    hour 27, a day 37); 128 buckets reach far beyond any real gap. Computed in float32, as Meta's code does.
-    """
-    return (torch.log(delta.abs().clamp(min=1).float()) / TIME_BUCKET_WIDTH).long().clamp(max=num_buckets)
-
-
-@dataclass
-class RelativeBias:
-    """The inputs of HSTU's relative attention bias for one batch:
-    ``rab_ij = position[i - j] + time[time_bucket(query_timestamps[i] - timestamps[j])]`` for key ``j`` at or
-    before query ``i`` in one sequence (``i, j`` positions within it; ``query_timestamps[i]`` is the time of the
-    event position ``i`` predicts). A part whose weights are ``None`` is left out.
-
-    Attributes:
-        position: ``(P,)`` learned bias per relative distance ``0..P-1`` (``P >=`` the longest sequence), or ``None``.
-        time: ``(T + 1,)`` learned bias per time bucket ``0..T``, or ``None``.
-        timestamps / query_timestamps: ``(N,)`` int64 seconds, jagged like the batch (needed with ``time``).
-    """
-
-    position: torch.Tensor | None = None
-    time: torch.Tensor | None = None
-    timestamps: torch.Tensor | None = None
-    query_timestamps: torch.Tensor | None = None
-
-    def time_buckets(self, starts: torch.Tensor, length: int) -> torch.Tensor:
-        """``(G, L, L)`` time bucket of every (query, key) pair of the sequences starting at ``starts (G,)``, padded
-        to ``length`` (pairs beyond a sequence's end read a neighbour's times: unspecified, masked later). They
-        depend on the timestamps only, so a layer stack computes them once per batch."""
-        index = (starts[:, None] + torch.arange(length, device=starts.device)).clamp(max=len(self.timestamps) - 1)
-        delta = self.query_timestamps[index][:, :, None] - self.timestamps[index][:, None, :]
-        return time_bucket(delta, len(self.time) - 1)
-
-    def dense(self, length: int, buckets: torch.Tensor | None) -> torch.Tensor | None:
-        """The bias padded to ``length``: ``(G, L, L)`` (or ``(1, L, L)`` with the position part only, ``None``
-        with no part), given the :meth:`time_buckets` of the ``G`` sequences when the time part is on. Entries above
-        the diagonal or beyond a sequence's end are unspecified (every implementation masks them)."""
-        bias = None
-        if self.position is not None:
-            pos = torch.arange(length, device=self.position.device)
-            distance = (pos[:, None] - pos[None, :]).clamp(min=0)
-            bias = self.position.index_select(0, distance.reshape(-1)).view(1, length, length)
-        if self.time is not None:
-            time = self.time.index_select(0, buckets.reshape(-1)).view(buckets.shape)
-            bias = time if bias is None else bias + time
-        return bias
 
 
 def _to_padded(values: torch.Tensor, offsets: torch.Tensor, length: int) -> torch.Tensor:
@@ -97,16 +45,6 @@ def _to_jagged(padded: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return values.view(-1, heads, d)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rab: torch.Tensor | None, scale: torch.Tensor
-            ) -> torch.Tensor:
-    """``q, k (G, H, L, d_qk)``, ``v (G, H, L, d_v)``, ``rab (G|1, L, L)``, ``scale (G,)`` -> ``(G, H, L, d_v)``."""
-    scores = q @ k.transpose(-1, -2)
-    if rab is not None:
-        scores = scores + rab[:, None]
-    causal = torch.ones(q.shape[-2], q.shape[-2], device=q.device, dtype=q.dtype).tril()
-    return (F.silu(scores) * scale[:, None, None, None] * causal) @ v
-
-
 def padded_hstu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: JaggedLayout,
                           bias: RelativeBias | None, scale: torch.Tensor) -> torch.Tensor:
     """The reference: pad the batch to ``(B, H, L, ·)``, ``SiLU(q kᵀ + rab) · scale`` times a causal 0/1 mask,
@@ -118,7 +56,7 @@ def padded_hstu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lay
         if bias.time is not None:
             buckets = layout.memo("rab_time_buckets", lambda: bias.time_buckets(offsets[:-1], length))
         rab = bias.dense(length, buckets)
-    out = _attend(_to_padded(q, offsets, length), _to_padded(k, offsets, length), _to_padded(v, offsets, length),
+    out = pointwise_attention(_to_padded(q, offsets, length), _to_padded(k, offsets, length), _to_padded(v, offsets, length),
                   rab, scale)
     return _to_jagged(out, offsets)
 
@@ -208,7 +146,7 @@ def jagged_hstu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lay
                 buckets = layout.memo(("rab_time_buckets", i), lambda: bias.time_buckets(g.starts, g.length))
             rab = bias.dense(g.length, buckets)
         gq, gk, gv = (_to_padded(t[i], g.offsets, g.length) for t in (q, k, v))
-        parts.append(_to_jagged(_attend(gq, gk, gv, rab, scale[g.seqs]), g.offsets))
+        parts.append(_to_jagged(pointwise_attention(gq, gk, gv, rab, scale[g.seqs]), g.offsets))
     return _Permute.apply(torch.cat(parts), plan.inverse, plan.order)
 
 

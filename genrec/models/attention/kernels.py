@@ -10,9 +10,9 @@ import importlib.util
 
 import torch
 
-from genrec.models.attention.hstu import RelativeBias
+from genrec.ops.hstu import RelativeBias
 from genrec.models.attention.registry import register
-from genrec.models.jagged import JaggedLayout
+from genrec.ops.jagged import JaggedLayout
 
 
 def _runs_on(t: torch.Tensor) -> bool:

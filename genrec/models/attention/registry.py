@@ -6,7 +6,7 @@ Families and their call signatures:
   ``(B, H, L, d)`` tensors whose sequence ``b`` is ``offsets[b + 1] - offsets[b]`` long (``offsets=None``: every
   row is ``L`` long); ``out`` is ``(B, H, L, d)`` (values at padded query positions are unspecified).
 * ``"hstu"`` (HSTU) — ``fn(q, k, v, layout, bias, scale) -> out``: pointwise causal attention over jagged
-  ``q, k (N, H, d_qk)``, ``v (N, H, d_v)``; ``layout`` a :class:`~genrec.models.jagged.JaggedLayout`, ``bias`` a
+  ``q, k (N, H, d_qk)``, ``v (N, H, d_v)``; ``layout`` a :class:`~genrec.ops.jagged.JaggedLayout`, ``bias`` a
   :class:`~genrec.models.attention.hstu.RelativeBias` or ``None``, ``scale (B,)``; ``out`` is ``(N, H, d_v)``.
 
 ``"auto"`` picks, per call, the available implementation with the lowest ``auto_rank``; implementations registered

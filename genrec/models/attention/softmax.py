@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from genrec.models.attention.registry import register
-from genrec.models.jagged import jagged_index
+from genrec.ops.jagged import jagged_index
 
 
 def padded_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Jagged <-> padded conversion in plain PyTorch (the reference path; genrec.kernels has faster ones)."""
+"""Jagged <-> padded conversion in plain PyTorch (the reference path; genrec_kernels has faster ones) and the
+per-batch :class:`JaggedLayout`."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -52,26 +53,9 @@ class JaggedLayout:
     def batch_size(self) -> int:
         return len(self.lengths)
 
-    @property
-    def num_values(self) -> int:
-        """``N``, the number of jagged positions."""
-        return int(self.offsets[-1])
-
     def index(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(row, col)``, each ``(N,)``: the sequence and the position of every value (see :func:`jagged_index`)."""
         return self.memo("index", lambda: jagged_index(self.offsets))
-
-    def to_padded(self, values: torch.Tensor) -> torch.Tensor:
-        """``(N, *F)`` -> ``(B, max_len, *F)``, zero-padded on the right."""
-        row, col = self.index()
-        out = values.new_zeros((self.batch_size, self.max_len, *values.shape[1:]))
-        out[row, col] = values
-        return out
-
-    def to_jagged(self, padded: torch.Tensor) -> torch.Tensor:
-        """``(B, L, *F)`` right-padded -> ``(N, *F)``."""
-        row, col = self.index()
-        return padded[row, col]
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         """``build()`` once per layout and ``key``; later calls return the same object."""
