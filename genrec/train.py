@@ -1,11 +1,17 @@
-"""Train a sequential recommender: ``python -m genrec.train`` or ``genrec-train`` (Hydra CLI).
+"""Train a sequential recommender: ``genrec-train`` or ``python -m genrec.train`` (Hydra CLI).
 
-One run = one folder (``runs/<data>-<model>/<time>/`` by default) with the resolved ``config.yaml``,
-``metrics.json`` (model and baselines, validation and test), ``checkpoints/``, CSV and TensorBoard logs and
-``curves.png``. With ``results_name=<name>`` the metrics also go to ``results/<name>.json`` for docs/results.md.
+One run = one folder (``runs/<data>-<model>/<time>/`` by default, see :mod:`genrec.runs`): the resolved
+``config.yaml``, ``metrics.json`` (model and baselines, validation and test, and the checkpoint they came from),
+``checkpoints/``, CSV and TensorBoard logs and ``curves.png``. With ``results_name=<name>`` the metrics also go to
+``<results_dir>/<name>.json`` for docs/results.md.
+
+Training refuses a folder that already holds a run. ``resume_from=<run folder or one of its checkpoints>``
+continues that run in its own folder, exactly: the run's ``config.yaml`` with the command line's value overrides
+on top, every random state, the position in the epoch, the best score, early stopping, and the logs appended.
 """
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -17,29 +23,76 @@ import lightning as L
 import torch
 import torch.distributed as dist
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.errors import DataError
-from genrec.dist import ShardingConfig, TorchRecStrategy
-from genrec.dist.checkpoint import checkpoint_epoch
+from genrec.cli import format_table, metric_columns, run_cli
+from genrec.conf import CONF_MODULE
+from genrec.dist import TorchRecStrategy
+from genrec.dist.checkpoint import read_meta
+from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
-from genrec.conf import CONF_MODULE
-from genrec.training.builders import build_datamodule, build_task, is_generative
+from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
+from genrec.training.builders import build_datamodule, build_task
 from genrec.training.plots import plot_curves
-from genrec.utils.provenance import REPO_ROOT, provenance, write_json
+from genrec.training.trainer import build_trainer, check_train_config
+from genrec.utils.provenance import provenance, write_json
 
 log = logging.getLogger("genrec.train")
+
+PROG = "genrec-train"
+RESUMES_FILE = "resumes.jsonl"
+
+
+def resume_point(resume_from: str) -> tuple[Path, Path]:
+    """``resume_from`` (a run folder, or a checkpoint inside its ``checkpoints/``) -> (run folder, checkpoint).
+    The checkpoint must be readable; nothing is loaded but its metadata."""
+    path = Path(resume_from)
+    if path.is_dir() and not path.name.endswith(".ckpt"):
+        folder, checkpoint = path, path / CHECKPOINT_DIR / "last.ckpt"
+    elif path.parent.name == CHECKPOINT_DIR:
+        folder, checkpoint = path.parent.parent, path
+    else:
+        raise UserError(f"resume_from={resume_from}: expected a run folder written by genrec-train, or a checkpoint "
+                        f"in its {CHECKPOINT_DIR}/ folder")
+    if not (folder / "config.yaml").is_file():
+        raise UserError(f"resume_from={resume_from}: {folder} is not a run folder (no config.yaml)")
+    if not checkpoint.exists():
+        raise UserError(f"resume_from={resume_from}: {checkpoint} not found (the run saved no checkpoint yet?)")
+    read_meta(checkpoint)  # a truncated or foreign file fails here, naming itself
+    return folder, checkpoint
+
+
+#: what a resumed run may change: how long it trains, where it runs, what it logs and reports (everything else,
+#: model, data and optimizer settings included, belongs to the checkpoint and comes from the run's config.yaml)
+RESUME_KEYS = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "trainer.devices", "trainer.num_nodes",
+               "trainer.accelerator", "trainer.enable_progress_bar", "trainer.log_every_n_steps",
+               "checkpoint_every_n_steps", "resume_from", "results_name", "results_dir", "overwrite_results",
+               "threads", "baselines", "data.num_workers", "data.cache_dir")
+RESUME_GROUPS = ("callbacks.", "logger.")
+
+
+def resumed_config(saved: DictConfig, overrides: list[str]) -> DictConfig:
+    """The config of a resumed run: its saved ``config.yaml`` with the command line's ``overrides`` on top, which
+    may only change :data:`RESUME_KEYS` and the keys under :data:`RESUME_GROUPS`."""
+    cfg = saved.copy()
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key not in RESUME_KEYS and not key.startswith(RESUME_GROUPS):
+            raise ConfigError(key, "a resumed run keeps its config.yaml; only how long it trains, where it runs and "
+                                   f"what it logs may change ({', '.join(RESUME_KEYS + RESUME_GROUPS)})")
+        if override.is_sweep_override() or override.is_delete():
+            raise ConfigError(key, "a resumed run takes plain values (no sweeps, no deletions)")
+        OmegaConf.update(cfg, key, override.value(), force_add=override.is_add())
+    return cfg
 
 
 def evaluate_baselines(cfg: DictConfig, datamodule) -> dict[str, dict[str, dict[str, float]]]:
     """Validation and test metrics of every baseline named in ``cfg.baselines``, by genrec's evaluation code."""
     out = {}
     for name in cfg.baselines:
-        if name not in BASELINES:
-            raise KeyError(f"unknown baseline {name!r}; known: {sorted(BASELINES)}")
         scorer = BASELINES[name](datamodule.data)
         out[name] = {split: evaluate(scorer, datamodule.eval_dataloader(split), tuple(cfg.eval.ks),
                                      cfg.eval.exclude_history) for split in ("valid", "test")}
@@ -50,26 +103,22 @@ def _split_metrics(logged: dict[str, Any], prefix: str) -> dict[str, float]:
     return {k.split("/", 1)[1]: float(v) for k, v in logged.items() if k.startswith(prefix + "/")}
 
 
-def format_table(rows: dict[str, dict[str, float]], columns: list[str]) -> str:
-    """A plain-text table: one row per model/baseline, one column per metric."""
-    width = max(len(name) for name in rows) + 2
-    lines = ["".ljust(width) + "".join(c.rjust(11) for c in columns)]
-    for name, metrics in rows.items():
-        lines.append(name.ljust(width) + "".join(f"{metrics.get(c, float('nan')):11.4f}" for c in columns))
-    return "\n".join(lines)
-
-
-def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
-    """``cfg.trainer`` as keyword arguments; with ``sharding.type`` set, the strategy is genrec's
-    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process."""
-    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    sharding = ShardingConfig.from_config(cfg.sharding)
-    if sharding.enabled:
-        if kwargs.get("strategy", "auto") != "auto":
-            raise ValueError(f"sharding={sharding.type} trains with genrec's TorchRecStrategy: leave trainer.strategy "
-                             f"at auto (got {kwargs['strategy']!r})")
-        kwargs["strategy"] = TorchRecStrategy(sharding)
-    return kwargs
+def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """Everything checkable before the data loads -> the checkpoint to resume from (or None)."""
+    check_train_config(cfg)
+    unknown = [b for b in cfg.baselines if b not in BASELINES]
+    if unknown:
+        raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")
+    results_file(cfg)
+    if not cfg.resume_from:
+        if rank_zero_only.rank == 0:  # other processes start once rank 0 has written the folder
+            RunFolder(run_dir).require_new()
+        return None
+    folder, checkpoint = resume_point(cfg.resume_from)
+    if folder.resolve() != run_dir.resolve():
+        raise UserError(f"resume_from={cfg.resume_from}: a run continues in its own folder {folder}, not in "
+                        f"{run_dir}; to keep the original, copy the folder first and resume the copy")
+    return checkpoint
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -86,89 +135,101 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    resume = _check(cfg, run_dir)
+    resume_meta = read_meta(resume) if resume else None
+    if rank_zero_only.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        if resume:
+            with open(run_dir / RESUMES_FILE, "a") as f:
+                f.write(json.dumps({"checkpoint": str(resume.relative_to(run_dir)), "epoch": resume_meta["epoch"],
+                                    "global_step": resume_meta["global_step"], "commit": origin["commit"],
+                                    "created": origin["created"]}) + "\n")
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, workers=True)
+    trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     data = datamodule.data
     log.info("data: %s", data.summary())
-
     task = build_task(cfg, data.num_items, data.item_raw_ids)
-    monitor = f"val/{cfg.eval.monitor}"
-    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor=monitor, mode="max",
-                                 save_last=True)
-    callbacks = [checkpoint]
-    if cfg.early_stop_patience:
-        callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=cfg.early_stop_patience))
-    csv_logger = CSVLogger(run_dir, name="logs", version="")
-    trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
-                        logger=[csv_logger, TensorBoardLogger(run_dir, name="tensorboard", version="")])
+
     started = time.time()
-    trainer.fit(task, datamodule=datamodule, ckpt_path=cfg.resume_from)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     train_seconds = time.time() - started
-    valid = trainer.validate(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
-    test = trainer.test(task, datamodule=datamodule, ckpt_path="best", verbose=False)[0]
+    best_path = Path(best.best_model_path)
+    valid = trainer.validate(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
+    test = trainer.test(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
     if not trainer.is_global_zero:
         return {}
     baselines = evaluate_baselines(cfg, datamodule)
     strategy = trainer.strategy
+    best_meta = read_meta(best_path)
+    resumes = [json.loads(line) for line in (run_dir / RESUMES_FILE).read_text().splitlines()] \
+        if (run_dir / RESUMES_FILE).exists() else []
 
     metrics = {
         "dataset": data.summary(),
         "model": cfg.model.name,
         "seed": cfg.seed,
         "protocol": {"split": "leave-one-out (valid: second-to-last, test: last)", "ranking": "full corpus",
-                     "exclude_history": cfg.eval.exclude_history, "monitor": monitor},
-        **(_generative_info(cfg, task.model) if is_generative(cfg) else {}),
+                     "exclude_history": cfg.eval.exclude_history, "monitor": best.monitor},
+        **task.run_info(),
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
-        "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(run_dir)),
-        "best_epoch": checkpoint_epoch(checkpoint.best_model_path),  # not the CSV log: a resume restarts it
+        "checkpoints": {"best": {"file": str(best_path.relative_to(run_dir)), "sha256": file_digest(best_path),
+                                 "epoch": int(best_meta["epoch"]), "global_step": int(best_meta["global_step"])}},
+        "best_epoch": int(best_meta["epoch"]),
         "epochs_run": trainer.current_epoch,
         "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
+        "resumes": resumes,
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
         **origin,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json(run_dir / "metrics.json", metrics)
-    plot_curves(Path(csv_logger.log_dir) / "metrics.csv", run_dir / "curves.png")
-    if cfg.results_name:
-        write_json(REPO_ROOT / "results" / f"{cfg.results_name}.json", {"name": cfg.results_name, **metrics})
+    csv_log = run_dir / "logs" / "metrics.csv"
+    if csv_log.exists():
+        plot_curves(csv_log, run_dir / "curves.png")
+    results = results_file(cfg)
+    if results:
+        write_json(results, {"name": cfg.results_name, **metrics})
 
-    columns = [f"{m}@{k}" for k in cfg.eval.ks for m in ("recall", "ndcg")] + ["mrr"]
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
-    if is_generative(cfg):
+    if "invalid_rate" in metrics["metrics"]["test"]:
         print(f"\nInvalid semantic IDs among the decoded top-{task.model.top_k}: "
               f"{metrics['metrics']['test']['invalid_rate']:.2%} (constrained: {task.model.constrained})")
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
-          f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n{format_table(rows, columns)}\n"
-          f"run folder: {run_dir}")
+          f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
+          f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")
     return metrics
 
 
-def _generative_info(cfg: DictConfig, model) -> dict[str, Any]:
-    """What a generative run's numbers depend on beyond the usual: its SID table and how it decodes."""
-    return {"sid_table": {"folder": str(cfg.sid_table), "content_hash": model.sids.content_hash,
-                          "codebook_sizes": list(model.sids.codebook_sizes), "tokenizer": model.sid_config},
-            "decoding": {"beam": model.beam, "top_k": model.top_k, "constrained": model.constrained,
-                         "history_removal": "history items masked in the beam's last step" if
-                         cfg.eval.exclude_history else "none",
-                         "ranking": f"the beam's top-{model.top_k} items ranked by log-probability; items outside "
-                                    "it count as misses (MRR truncated there)"}}
+def _run_from_hydra(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.resume_from:
+        folder, _ = resume_point(cfg.resume_from)
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume_from=")]
+        cfg = resumed_config(RunFolder(folder).config(), overrides + [f"resume_from={cfg.resume_from}"])
+    run(cfg, run_dir)
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="train")
-def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except DataError as err:
-        print(f"genrec-train: error: {err}", file=sys.stderr)
-        sys.exit(2)
+def _hydra_main(cfg: DictConfig) -> None:
+    run_cli(PROG, _run_from_hydra, cfg)
+
+
+def main() -> None:
+    """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
+    args = sys.argv[1:]
+    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume_from=")), None)
+    if resume and not any(a.startswith("hydra.run.dir=") for a in args):
+        folder, _ = run_cli(PROG, resume_point, resume)
+        sys.argv.append(f"hydra.run.dir={folder}")
+    _hydra_main()
 
 
 if __name__ == "__main__":

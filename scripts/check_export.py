@@ -27,7 +27,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # retrieval_example beside this fi
 from retrieval_example import ExportedRetriever  # noqa: E402  (the serving path under test)
 
 from genrec.eval.metrics import remove_seen  # noqa: E402
-from genrec.evaluate import load_run  # noqa: E402
+from genrec.training.builders import load_run  # noqa: E402
 from genrec.train import evaluate_baselines  # noqa: E402
 from genrec.utils.provenance import REPO_ROOT, provenance, write_json  # noqa: E402
 

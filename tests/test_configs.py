@@ -10,9 +10,10 @@ from genrec.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.cli import build
-from genrec.train import trainer_arguments
 from genrec.conf import CONF_DIR
-from genrec.training.builders import build_task, is_generative
+from genrec.training.builders import build_task
+from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.trainer import build_trainer, trainer_arguments
 from tests.shared import SHARED
 
 
@@ -32,7 +33,7 @@ def _compose(overrides: list[str], config: str = "train"):
 
 def test_every_group_has_options():
     for group in ("data", "model", "loss", "trainer", "experiment", "index", "tokenizer", "encoder", "sharding",
-                  "backbone"):
+                  "backbone", "callbacks", "logger"):
         assert _options(group), group
 
 
@@ -52,7 +53,7 @@ def _toy_sid_table(folder):
 def test_model_configs_instantiate(name, tmp_path):
     cfg = _compose([f"model={name}"])
     m = cfg.model
-    if is_generative(cfg):
+    if m.get("kind") == "generative":
         folder, raw = _toy_sid_table(tmp_path)
         task = build_task(_compose([f"model={name}", f"sid_table={folder}"]), 20, raw)
         assert task.model.num_items == 20 and task.model.sids.num_levels == 2
@@ -121,14 +122,49 @@ def test_experiment_configs_compose(name):
 
 @pytest.mark.parametrize("name", _options("trainer"))
 def test_trainer_configs_build_a_trainer(name, tmp_path):
-    import lightning as L
-
     cfg = _compose([f"trainer={name}"])
     if cfg.trainer.get("accelerator") == "gpu":
         pytest.skip("GPU trainer config")
-    trainer_cfg = OmegaConf.to_container(cfg.trainer)
-    trainer_cfg["devices"] = 1
-    L.Trainer(**trainer_cfg, default_root_dir=tmp_path, logger=False)
+    trainer, best = build_trainer(cfg, tmp_path)
+    assert trainer.max_epochs == cfg.trainer.max_epochs and trainer.gradient_clip_val == cfg.trainer.gradient_clip_val
+    assert best.monitor == f"val/{cfg.eval.monitor}" and best.dirpath == str(tmp_path / "checkpoints")
+    kinds = [type(c) for c in trainer.callbacks]
+    assert {ResumeState, RunCheckpoint, LastCheckpoint} <= set(kinds)
+    assert kinds.index(LastCheckpoint) > kinds.index(RunCheckpoint)  # last.ckpt holds the updated best score
+
+
+@pytest.mark.parametrize("name", _options("callbacks"))
+def test_callback_configs_build_their_callbacks(name, tmp_path):
+    cfg = _compose([f"callbacks={name}"])
+    trainer, _ = build_trainer(cfg, tmp_path)
+    built = {type(c).__name__: c for c in trainer.callbacks}
+    for key, node in cfg.callbacks.items():
+        callback = built[node._target_.rsplit(".", 1)[1]]
+        if key == "early_stopping":
+            assert callback.patience == node.patience and callback.monitor == f"val/{cfg.eval.monitor}"
+
+
+@pytest.mark.parametrize("name", _options("logger"))
+def test_logger_configs_log_into_the_run_folder(name, tmp_path):
+    cfg = _compose([f"logger={name}"])
+    trainer, _ = build_trainer(cfg, tmp_path)
+    assert len(trainer.loggers) == len(cfg.logger) >= 1
+    assert all(logger.save_dir == str(tmp_path) for logger in trainer.loggers)
+
+
+def test_bad_trainer_values_name_the_key(tmp_path):
+    from genrec.errors import ConfigError
+    from genrec.training.trainer import check_train_config
+
+    for override, message in [("trainer.max_epochs=abc", "trainer.max_epochs: got 'abc', expected an integer"),
+                              ("+trainer.max_epoch=3", "trainer.max_epoch: not an argument of lightning.Trainer"),
+                              ("trainer.precision=[1]", "trainer.precision: got [1]"),
+                              ("data.batch_size=0", "data.batch_size: got 0, expected a positive value"),
+                              ("optim.lr=fast", "optim.lr: got 'fast', expected a number"),
+                              ("seed=1.5", "seed: got 1.5, expected an integer")]:
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            check_train_config(_compose([override]))
+    check_train_config(_compose(["+trainer.max_time=00:00:10:00", "trainer.precision=bf16-mixed"]))
 
 
 @pytest.mark.parametrize("name", _options("sharding"))
@@ -147,7 +183,7 @@ def test_sharding_configs_build_a_plan(name):
 
 
 def test_sharding_with_another_strategy_is_an_error():
-    with pytest.raises(ValueError, match="leave trainer.strategy at auto"):
+    with pytest.raises(ValueError, match="trainer.strategy: sharding=row_wise trains with genrec's TorchRecStrategy"):
         trainer_arguments(_compose(["sharding=row_wise", "trainer.strategy=ddp"]))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 
 from genrec.data.schema import SequenceData
 
@@ -132,34 +132,6 @@ class TrainPrefixes(Dataset):
         ts = self.data.timestamps
         return _Example(u, self.data.item_ids[start:end], self.data.item_ids[end:end + 1],
                         None if ts is None else ts[start:end], None if ts is None else ts[start + 1:end + 1], None)
-
-
-class LengthBucketSampler(Sampler[list[int]]):
-    """Shuffled batches of similar input lengths: each epoch shuffles the examples, sorts every run of
-    ``batch_size * bucket_batches`` of them by length, cuts the runs into batches and shuffles the batches.
-
-    Args:
-        lengths: ``(num_examples,)`` input lengths.
-        batch_size: examples per batch.
-        bucket_batches: batches per sorted run (larger: less padding, less randomness).
-    """
-
-    def __init__(self, lengths: np.ndarray, batch_size: int, bucket_batches: int = 50):
-        self.lengths, self.batch_size, self.bucket_batches = torch.as_tensor(lengths), batch_size, bucket_batches
-
-    def __len__(self) -> int:
-        return -(-len(self.lengths) // self.batch_size)
-
-    def __iter__(self):
-        order = torch.randperm(len(self.lengths))
-        run = self.batch_size * self.bucket_batches
-        batches = []
-        for start in range(0, len(order), run):
-            part = order[start:start + run]
-            part = part[torch.argsort(self.lengths[part], stable=True)]
-            batches += [part[i:i + self.batch_size].tolist() for i in range(0, len(part), self.batch_size)]
-        for i in torch.randperm(len(batches)).tolist():
-            yield batches[i]
 
 
 class EvalSequences(Dataset):

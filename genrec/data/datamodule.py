@@ -5,14 +5,15 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
-from genrec.data.batch import EvalSequences, LengthBucketSampler, TrainPrefixes, TrainSequences, collate
+from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences, collate
 from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
-from genrec.data.samplers import EvenShardBatchSampler
+from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")
@@ -49,15 +50,16 @@ class SequenceDataModule(L.LightningDataModule):
         batch_size / eval_batch_size: sequences per training / evaluation batch.
         num_workers: DataLoader workers.
         cache_dir: Parquet cache root (``None``: no cache).
-        seed: shuffling seed of the distributed training sampler.
+        seed: the training order's seed (:class:`TrainBatchSampler`: the order of an epoch depends on the seed and
+            the epoch only, so a resumed run replays it).
         train_examples: ``"sequences"`` (every position of a training part predicts the next item) or
             ``"prefixes"`` (one example per target, :class:`TrainPrefixes`).
-        bucket_by_length: batch sequences of similar length together, to cut padding: shuffled length buckets
-            (:class:`LengthBucketSampler`) for training, evaluation users sorted by history length (one process
-            only; several processes batch as usual).
+        bucket_by_length: batch sequences of similar length together, to cut padding: shuffled length buckets for
+            training (:class:`TrainBatchSampler`), evaluation users sorted by history length (one process only;
+            several processes evaluate in the usual order).
 
     Under a Trainer with several processes each loader serves this process's share (the Trainer runs with
-    ``use_distributed_sampler=False``): training users are shuffled and split by a ``DistributedSampler`` (batch
+    ``use_distributed_sampler=False``): training users are shuffled and split by :class:`TrainBatchSampler` (batch
     size per process); evaluation users are split so that every user is scored exactly once and every process
     runs the same number of batches (a sharded table's lookups are collective calls).
     """
@@ -82,31 +84,27 @@ class SequenceDataModule(L.LightningDataModule):
     def _rank_and_world(self) -> tuple[int, int]:
         return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
 
-    def _loader(self, dataset, **kwargs) -> DataLoader:
-        return DataLoader(dataset, collate_fn=collate, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, **kwargs)
+    def _loader(self, dataset, batch_sampler, generator: torch.Generator | None = None) -> DataLoader:
+        # every loader has its own generator: creating an iterator then draws its worker seed from it, not from the
+        # global random state that dropout and negative sampling use (a resumed run restores that state)
+        return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, generator=generator or torch.Generator())
 
     def train_dataloader(self) -> DataLoader:
         dataset = (TrainPrefixes if self.train_examples == "prefixes" else TrainSequences)(self.data, self.max_len)
         rank, world = self._rank_and_world()
-        if world == 1 and self.bucket_by_length:
-            return self._loader(dataset, batch_sampler=LengthBucketSampler(dataset.lengths, self.batch_size))
-        if world == 1:
-            return self._loader(dataset, batch_size=self.batch_size, shuffle=True)
-        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=self.seed)
-        return self._loader(dataset, batch_size=self.batch_size, sampler=sampler)
+        sampler = TrainBatchSampler(len(dataset), self.batch_size, self.seed, rank, world,
+                                    dataset.lengths if self.bucket_by_length else None)
+        return self._loader(dataset, sampler, sampler.generator)
 
     def eval_dataloader(self, split: str, rank: int = 0, world: int = 1) -> DataLoader:
         """Process ``rank``'s share of the ``"valid"`` or ``"test"`` users (by default: all of them)."""
         dataset = EvalSequences(self.data, self.max_len, split)
         if world == 1 and self.bucket_by_length:
             order = np.argsort(dataset.lengths, kind="stable")
-            return self._loader(dataset, batch_sampler=[order[i:i + self.eval_batch_size].tolist()
-                                                        for i in range(0, len(order), self.eval_batch_size)])
-        if world == 1:
-            return self._loader(dataset, batch_size=self.eval_batch_size, shuffle=False)
-        return self._loader(dataset, batch_sampler=EvenShardBatchSampler(len(dataset), self.eval_batch_size,
-                                                                         rank, world))
+            return self._loader(dataset, [order[i:i + self.eval_batch_size].tolist()
+                                          for i in range(0, len(order), self.eval_batch_size)])
+        return self._loader(dataset, EvenShardBatchSampler(len(dataset), self.eval_batch_size, rank, world))
 
     def val_dataloader(self) -> DataLoader:
         return self.eval_dataloader("valid", *self._rank_and_world())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -101,17 +100,15 @@ class TorchRecStrategy(DDPStrategy):
         self.checkpoint_io.teardown()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Collective: a distributed checkpoint folder, written beside ``filepath`` and swapped in when complete."""
         path = Path(self.broadcast(str(filepath)))
-        if self.is_global_zero and path.exists():
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        self.barrier()
         save_distributed(path, training_state(checkpoint.pop("state_dict"), self.dmp), checkpoint,
                          self.is_global_zero)
-        self.barrier()
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """Weights (and, when resuming ``fit``, the fused optimizer's state) into the sharded module; returns the
-        rest of the checkpoint for Lightning (loops, callbacks, the dense optimizer's state)."""
+        rest of the checkpoint for Lightning (loops, callbacks, the dense optimizer's state). Always read with
+        ``weights_only=True`` (a checkpoint is data), whatever Lightning passes."""
         assert self.lightning_module is not None
         path = Path(self.broadcast(str(checkpoint_path)))
         resuming = self.lightning_module.trainer.state.fn == TrainerFn.FITTING

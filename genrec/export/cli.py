@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,22 +31,24 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import genrec
-from genrec.errors import DataError
-from genrec.evaluate import load_run
+from genrec.cli import run_cli
 from genrec.export.index import build_index, exact_top_k, recall_at_k
-from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, sha256, write_manifest
+from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, write_manifest
 from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tower
+from genrec.conf import CONF_MODULE
+from genrec.errors import ConfigError, UserError
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
+from genrec.runs import TRUSTED_TARGETS, RunFolder, file_digest
 from genrec.tokenize.sid_table import PARQUET_FILE, SAFETENSORS_FILE
-from genrec.conf import CONF_MODULE
-from genrec.training.builders import load_sid_table
+from genrec.training.builders import load_run, load_sid_table
+from genrec.training.generative import GenerativeTask
 from genrec.utils.provenance import git_commit
 
 log = logging.getLogger("genrec.export")
 
 
-class ParityError(ValueError):
+class ParityError(UserError):
     """The exported tower does not reproduce the in-framework query vectors."""
 
 
@@ -152,9 +153,11 @@ def _export_indexes(vectors: np.ndarray, queries: np.ndarray, out_dir: Path, cfg
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Export the run ``cfg.run_dir`` as configured; returns the manifest."""
     if cfg.default_index not in cfg.indexes:
-        raise ValueError(f"default_index={cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
+        raise ConfigError("default_index", f"{cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
     run_dir = Path(cfg.run_dir)
-    train_cfg, datamodule, task = load_run(run_dir, cfg.checkpoint)
+    allowed = TRUSTED_TARGETS + tuple(cfg.trusted_targets)
+    ckpt = RunFolder.existing(run_dir).checkpoint(cfg.checkpoint)  # checked before the data loads
+    train_cfg, datamodule, task = load_run(run_dir, ckpt, allowed)
     model, data = task.model, datamodule.data
     out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dir / "export"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -165,10 +168,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     (out_dir / "item_ids.json").write_text(json.dumps([None] + [_raw_id(r) for r in data.item_raw_ids[1:]]))
     artifacts["item_ids"] = artifact_entry(out_dir, "item_ids.json", "id_map", entries=data.num_items + 1, pad_id=0)
-    ckpt = run_dir / "checkpoints" / f"{cfg.checkpoint}.ckpt"
-    source = {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint, "checkpoint_sha256": sha256(ckpt),
-              "dataset": data.summary(), "seed": train_cfg.seed}
-    if isinstance(model, GenerativeRecommender):
+    source = {"run_dir": str(run_dir.resolve()), "checkpoint": cfg.checkpoint,
+              "checkpoint_sha256": file_digest(ckpt), "dataset": data.summary(), "seed": train_cfg.seed}
+    if isinstance(task, GenerativeTask):  # no item vectors or tower: the SID table and the decoding settings
         return _export_generative(model, train_cfg, data.item_raw_ids, out_dir, artifacts, source, started)
 
     with torch.no_grad():
@@ -246,8 +248,8 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="export")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (DataError, ValueError) as err:  # ParityError and config errors included
-        print(f"genrec-export: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_cli("genrec-export", run, cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -27,10 +27,12 @@ A reader checks ``model.kind`` before anything else.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from genrec.errors import UserError
+from genrec.runs import file_digest
 
 FORMAT, FORMAT_VERSION = "genrec-export", 1
 MANIFEST_FILE = "manifest.json"
@@ -59,22 +61,14 @@ ARTIFACT_KINDS = {
 }
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError):
     """A manifest that does not follow the layout above; the message names the file and the key."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def artifact_entry(out_dir: Path, file: str, kind: str, **fields: Any) -> dict[str, Any]:
     """The manifest entry of ``out_dir / file``: its checksum and size plus the kind's own ``fields``."""
     path = out_dir / file
-    return {"file": file, "kind": kind, "sha256": sha256(path), "bytes": path.stat().st_size, **fields}
+    return {"file": file, "kind": kind, "sha256": file_digest(path), "bytes": path.stat().st_size, **fields}
 
 
 def _check_section(section: dict, required: dict[str, type], where: str, source: str) -> None:

@@ -8,7 +8,6 @@ commit) and ``health.png`` (plus ``training.png`` for RQ-VAE). With ``results_na
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
+from genrec.cli import run_cli
+from genrec.conf import CONF_MODULE
 from genrec.data.datamodule import load_dataset
+from genrec.runs import RunFolder, results_file
 from genrec.tokenize.collisions import resolve_collisions
 from genrec.tokenize.health import health_report, plot_health, plot_training
 from genrec.tokenize.quantizer import Quantizer
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.conf import CONF_MODULE
-from genrec.utils.provenance import REPO_ROOT, provenance, write_json
+from genrec.utils.provenance import provenance, write_json
 
 log = logging.getLogger("genrec.tokenize")
 
@@ -49,6 +50,8 @@ def format_levels(health: dict[str, Any]) -> str:
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Encode, fit, resolve collisions, save the SID table and the health report. Returns metrics.json."""
+    results = results_file(cfg)
+    RunFolder(run_dir).require_new()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.threads:
@@ -95,8 +98,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_json(run_dir / "metrics.json", metrics)
-    if cfg.results_name:
-        write_json(REPO_ROOT / "results" / f"{cfg.results_name}.json", {"name": cfg.results_name, **metrics})
+    if results:
+        write_json(results, {"name": cfg.results_name, **metrics})
 
     before, after = health["collisions_before"], health["collisions_after"]
     print(f"\nSID table of {data.name} ({data.num_items} items, {cfg.encoder.name} embeddings {x.shape[1]}-d, "
@@ -109,11 +112,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="tokenize")
 def main(cfg: DictConfig) -> None:
-    try:
-        run(cfg, Path(HydraConfig.get().runtime.output_dir))
-    except ValueError as err:  # DataError (bad input) or a config value with its key
-        print(f"genrec-tokenize: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_cli("genrec-tokenize", run, cfg, Path(HydraConfig.get().runtime.output_dir))
 
 
 if __name__ == "__main__":

@@ -280,26 +280,34 @@ class CategoricalEncoder:
 
 
 class CollaborativeEncoder:
-    """The item embedding table of a trained genrec sequence model.
+    """The item embedding table of a trained genrec retrieval model (read from its checkpoint, nothing is built).
 
     Args:
         run_dir: a genrec-train run folder (``config.yaml`` + ``checkpoints/``), trained on the same dataset.
-        checkpoint: ``best`` or ``last``.
+        checkpoint: ``best`` (the checkpoint its ``metrics.json`` names) or ``last``.
     """
+
+    #: the item table in a retrieval task's state dict (genrec.embedding.ItemEmbedding inside the recommender)
+    TABLE_KEY = "model.item_embedding.tables.collection.embeddings.item_table.weight"
 
     def __init__(self, run_dir: str, checkpoint: str = "best"):
         self.run_dir, self.checkpoint = Path(run_dir), checkpoint
 
     def encode(self, data: SequenceData) -> ItemEmbeddings:
-        from genrec.evaluate import load_run
+        from genrec.data.datamodule import load_dataset
+        from genrec.dist.checkpoint import read_tensor
+        from genrec.runs import RunFolder
 
-        cfg, datamodule, task = load_run(self.run_dir, self.checkpoint)
-        theirs, ours = datamodule.data.item_raw_ids[1:], data.item_raw_ids[1:]
+        run = RunFolder.existing(self.run_dir, "encoder.run_dir")
+        cfg = run.config()
+        checkpoint = run.checkpoint(self.checkpoint)
+        theirs = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids[1:]
+        ours = data.item_raw_ids[1:]
         if len(theirs) != len(ours) or any(str(a) != str(b) for a, b in zip(theirs, ours)):
             raise DataError(self.run_dir, f"the run was trained on {cfg.data.name!r} with {len(theirs)} items, not on "
                                           f"the {len(ours)} items of {data.name!r} in the same order; tokenize with "
-                                          "the run's data config")
-        table = task.model.item_embedding.table().detach().cpu().numpy()
+                                          "the run's data config", key="encoder.run_dir")
+        table = read_tensor(checkpoint, self.TABLE_KEY).float().numpy()
         return ItemEmbeddings(np.ascontiguousarray(table[1:], dtype=np.float32),
                               {"encoder": "collaborative", "run_dir": str(self.run_dir),
                                "checkpoint": self.checkpoint, "model": cfg.model.name})

@@ -10,11 +10,17 @@ from typing import Any
 
 import torch
 
+#: the source checkout genrec was imported from (for an installed wheel: site-packages, not a checkout)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """HEAD's SHA with ``+dirty`` if tracked files differ from it, or ``unknown`` outside a git checkout."""
+    """HEAD's SHA with ``+dirty`` if tracked files differ from it; for an installed package (no checkout at
+    ``root``), ``genrec <version>``; ``unknown`` when git fails."""
+    if not (root / ".git").exists():
+        from genrec import __version__
+
+        return f"genrec {__version__} (installed, not a git checkout)"
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()

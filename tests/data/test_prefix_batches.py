@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from genrec.data.batch import EvalSequences, LengthBucketSampler, TrainPrefixes, TrainSequences
+from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences
+from genrec.data.samplers import TrainBatchSampler
 from genrec.data.datamodule import SequenceDataModule
 
 
@@ -25,15 +26,14 @@ def test_lengths_match_the_examples(data):
 
 def test_length_buckets_hold_every_example_once_and_sort_within_runs():
     lengths = np.random.default_rng(0).integers(1, 30, size=1000)
-    sampler = LengthBucketSampler(lengths, batch_size=16, bucket_batches=4)
-    torch.manual_seed(0)
+    sampler = TrainBatchSampler(1000, batch_size=16, seed=0, lengths=lengths, bucket_batches=4)
     batches = list(sampler)
     assert len(batches) == len(sampler) == 63
     assert sorted(i for b in batches for i in b) == list(range(1000))
     assert all(list(lengths[b]) == sorted(lengths[b]) for b in batches)
     spread = np.mean([lengths[b].max() - lengths[b].min() for b in batches])
     assert spread < 8  # random batches of 16 out of 1..29 spread over ~25
-    torch.manual_seed(1)
+    sampler.set_epoch(1)
     assert list(sampler) != batches  # shuffled anew every epoch
 
 

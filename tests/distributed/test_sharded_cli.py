@@ -60,12 +60,13 @@ def test_two_processes_through_the_cli(tmp_path):
     # equal metrics: the 2-process evaluation scored every user exactly once, like one process does
     _check_run(run_dir, processes=2)
 
-    # resume training in ONE process from the 2-process checkpoint (weights, fused and dense optimizer, loops)
+    # resume training in ONE process from the 2-process checkpoint (weights, fused and dense optimizer, loops), in
+    # the run's own folder: its log is appended to
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}", "trainer.accelerator=cpu",
                                                  "sharding=row_wise", "trainer.max_epochs=3",
-                                                 f"resume_from={run_dir / 'checkpoints' / 'last.ckpt'}"])
-    resumed = train_entry.run(cfg, tmp_path / "resumed")
+                                                 f"resume_from={run_dir}"])
+    resumed = train_entry.run(cfg, run_dir)
     assert resumed["epochs_run"] == 3 and resumed["processes"] == 1
-    logged = pd.read_csv(tmp_path / "resumed" / "logs" / "metrics.csv").dropna(subset=["train/loss_epoch"])
-    assert logged["epoch"].tolist() == [2]  # epochs 0 and 1 came from the checkpoint
+    logged = pd.read_csv(run_dir / "logs" / "metrics.csv").dropna(subset=["train/loss_epoch"])
+    assert logged["epoch"].tolist() == [0, 1, 2]  # epochs 0 and 1 by two processes, epoch 2 by one

@@ -8,6 +8,8 @@ from omegaconf import OmegaConf
 
 from genrec import evaluate as eval_entry
 from genrec.conf import CONF_DIR
+from genrec.errors import UserError
+from genrec.runs import file_digest
 from genrec.training.builders import build_datamodule, build_task
 
 
@@ -17,7 +19,8 @@ def _eval_config(*overrides: str):
 
 
 def _untrained_run(run_dir, folder, **data_overrides):
-    """A run folder like genrec-train's, holding the freshly initialised model of run_dir's config."""
+    """A run folder like genrec-train's, holding the freshly initialised model of run_dir's config as the checkpoint
+    its metrics.json names."""
     cfg = OmegaConf.load(run_dir / "config.yaml")
     for key, value in data_overrides.items():
         OmegaConf.update(cfg, key, value)
@@ -26,8 +29,10 @@ def _untrained_run(run_dir, folder, **data_overrides):
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     torch.manual_seed(1)
-    torch.save({"state_dict": build_task(cfg, datamodule.data.num_items).state_dict()},
-               folder / "checkpoints" / "best.ckpt")
+    best = folder / "checkpoints" / "best.ckpt"
+    torch.save({"state_dict": build_task(cfg, datamodule.data.num_items).state_dict()}, best)
+    (folder / "metrics.json").write_text(json.dumps({"checkpoints": {"best": {"file": "checkpoints/best.ckpt",
+                                                                              "sha256": file_digest(best)}}}))
     return folder
 
 
@@ -56,6 +61,6 @@ def test_breakdowns_plots_and_two_runs_side_by_side(tiny_run, tmp_path):
 def test_runs_on_different_data_are_not_compared(tiny_run, tmp_path):
     run_dir, _ = tiny_run
     other = _untrained_run(run_dir, tmp_path / "other", **{"data.reader.num_users": 200})
-    with pytest.raises(ValueError, match=r"compare_to: .*other/config.yaml was trained on .*users.*same dataset"):
+    with pytest.raises(UserError, match=r"compare_to: .*other/config.yaml was trained on .*users.*same dataset"):
         eval_entry.run(_eval_config(f"run_dir={run_dir}", f"compare_to={other}", f"out_dir={tmp_path / 'eval'}",
                                     "baselines=[]"))

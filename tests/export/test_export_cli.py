@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from genrec.errors import ConfigError
 from genrec.export import cli
 from genrec.export.tower import export_tower
 from tests.export.conftest import export_config
@@ -23,5 +24,5 @@ def test_a_failed_parity_check_stops_the_export_before_the_manifest(tiny_run, tm
 
 def test_default_index_must_be_exported(tiny_run, tmp_path):
     cfg = export_config(tiny_run[0], tmp_path / "export", "~indexes.hnsw")
-    with pytest.raises(ValueError, match=r"default_index='hnsw' is not among indexes \['flat', 'ivfpq'\]"):
+    with pytest.raises(ConfigError, match=r"default_index: 'hnsw' is not among indexes \['flat', 'ivfpq'\]"):
         cli.run(cfg)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from genrec.export.manifest import ManifestError, sha256, validate_manifest
+from genrec.export.manifest import ManifestError, validate_manifest
+from genrec.runs import file_digest
 
 
 def test_written_manifest_lists_every_file_with_its_checksum(exported):
@@ -15,7 +16,7 @@ def test_written_manifest_lists_every_file_with_its_checksum(exported):
     files = {entry["file"] for entry in saved["artifacts"].values()}
     assert files == {p.name for p in out.iterdir()} - {"manifest.json"}
     for entry in saved["artifacts"].values():
-        assert sha256(out / entry["file"]) == entry["sha256"]
+        assert file_digest(out / entry["file"]) == entry["sha256"]
         assert (out / entry["file"]).stat().st_size == entry["bytes"]
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from genrec.export.index import build_index
-from genrec.export.manifest import sha256
+from genrec.runs import file_digest
 from tests.export.conftest import SCRIPTS, load_script
 
 example = load_script("retrieval_example")
@@ -82,7 +82,7 @@ def test_index_of_another_dimension_is_a_mismatch(copy_of):
     vectors = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
     index, _ = build_index(vectors, np.arange(1, 51), {"type": "flat"})
     faiss.write_index(index, str(copy_of / "index_flat.faiss"))
-    new_sum = sha256(copy_of / "index_flat.faiss")
+    new_sum = file_digest(copy_of / "index_flat.faiss")
     _rewrite_manifest(copy_of, lambda m: m["artifacts"]["index_flat"].update(sha256=new_sum))
     with pytest.raises(example.ArtifactError, match=r"index_flat.faiss: index holds 50 vectors of dim 8, manifest says "
                                                     r"\d+ items of dim 16"):
@@ -92,7 +92,7 @@ def test_index_of_another_dimension_is_a_mismatch(copy_of):
 def test_id_map_of_another_catalogue_is_a_mismatch(copy_of):
     ids = json.loads((copy_of / "item_ids.json").read_text())
     (copy_of / "item_ids.json").write_text(json.dumps(ids[:-3]))
-    _rewrite_manifest(copy_of, lambda m: m["artifacts"]["item_ids"].update(sha256=sha256(copy_of / "item_ids.json")))
+    _rewrite_manifest(copy_of, lambda m: m["artifacts"]["item_ids"].update(sha256=file_digest(copy_of / "item_ids.json")))
     with pytest.raises(example.ArtifactError, match=rf"item_ids.json: {len(ids) - 3} entries, manifest says "
                                                     rf"num_items \+ 1 = {len(ids)}"):
         example.ExportedRetriever(copy_of)

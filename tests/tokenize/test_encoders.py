@@ -1,5 +1,7 @@
 """Content encoders: item texts and their fallbacks, the real MiniLM (both backends, the cache), categorical
 multi-hot vectors, precomputed embedding files and a trained run's item table."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,10 +9,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from genrec.errors import DataError
+from genrec.conf import CONF_DIR
+from genrec.errors import DataError, UserError
+from genrec.runs import file_digest
 from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, TextEncoder,
                                       item_texts)
-from genrec.conf import CONF_DIR
 from genrec.training.builders import build_datamodule, build_task
 from tests.shared import skip_without_shared
 from tests.tokenize.helpers import make_data
@@ -135,14 +138,17 @@ def test_collaborative_embeddings_are_the_runs_item_table(tmp_path):
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items)
-    torch.save({"state_dict": task.state_dict()}, run_dir / "checkpoints" / "best.ckpt")
+    best = run_dir / "checkpoints" / "best.ckpt"
+    torch.save({"state_dict": task.state_dict()}, best)
+    (run_dir / "metrics.json").write_text(json.dumps({"checkpoints": {"best": {"file": "checkpoints/best.ckpt",
+                                                                               "sha256": file_digest(best)}}}))
     out = CollaborativeEncoder(str(run_dir)).encode(datamodule.data)
     expected = task.model.item_embedding.table().detach().numpy()[1:]
     np.testing.assert_array_equal(out.vectors, expected)
     other = make_data(None, raw_ids=list(range(1, datamodule.data.num_items + 1)))
     with pytest.raises(DataError, match="the run was trained on 'synthetic'"):
         CollaborativeEncoder(str(run_dir)).encode(other)
-    with pytest.raises(DataError, match="not found: expected a run folder"):
+    with pytest.raises(UserError, match="encoder.run_dir=.*nothing: does not exist; expected a run folder"):
         CollaborativeEncoder(str(tmp_path / "nothing")).encode(other)
 
 

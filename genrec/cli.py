@@ -1,0 +1,42 @@
+"""What genrec's four CLIs share (genrec-train, -eval, -export, -tokenize): one error policy and the metric table.
+
+The error policy: a :class:`~genrec.errors.UserError` (bad data, a bad config value, a missing or corrupt
+checkpoint, a wrong run folder) is printed as one line, ``<prog>: error: <message>``, and the process exits with
+status 2; any other exception is a bug in genrec and keeps its traceback. Each CLI checks its config and the files
+it reads before doing anything expensive, so a user error costs seconds, not a data load.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, TypeVar
+
+from genrec.errors import UserError
+
+T = TypeVar("T")
+
+#: exit status of a user error (2, as argparse uses for usage errors)
+USER_ERROR_STATUS = 2
+
+
+def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``; a :class:`UserError` becomes one line on stderr and exit status 2."""
+    try:
+        return fn(*args)
+    except UserError as err:
+        message = " ".join(str(err).split())  # one line, whatever the message
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        sys.exit(USER_ERROR_STATUS)
+
+
+def metric_columns(ks: list[int] | tuple[int, ...]) -> list[str]:
+    """The columns of a printed metrics table: recall and NDCG at every cut-off, then MRR."""
+    return [f"{m}@{k}" for k in ks for m in ("recall", "ndcg")] + ["mrr"]
+
+
+def format_table(rows: dict[str, dict[str, float]], columns: list[str]) -> str:
+    """A plain-text table: one row per model/baseline, one column per metric."""
+    width = max(len(name) for name in rows) + 2
+    lines = ["".ljust(width) + "".join(c.rjust(11) for c in columns)]
+    for name, metrics in rows.items():
+        lines.append(name.ljust(width) + "".join(f"{metrics.get(c, float('nan')):11.4f}" for c in columns))
+    return "\n".join(lines)

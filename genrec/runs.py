@@ -1,0 +1,178 @@
+"""A run folder as data: what genrec-train writes and genrec-eval / -export / -tokenize read back, with the checks
+that keep runs from being mixed up and keep a folder from running code.
+
+Layout of a run folder (``runs/<data>-<model>/<time>/`` by default)::
+
+    config.yaml          the resolved config the run trained with
+    metrics.json         written when training ends: metrics, and the checkpoint they came from (file + sha256)
+    checkpoints/         best.ckpt (best validation score), last.ckpt (resume point); files, or distributed
+                         checkpoint folders for sharded runs
+    logs/metrics.csv     the CSV log (appended to by a resumed run)
+    tensorboard/  curves.png  train.log (Hydra's job log)
+
+Trust model (docs/TRUST.md): a run folder is data. Checkpoints are read with ``torch.load(weights_only=True)``;
+a ``config.yaml`` read back from a folder may only name ``_target_`` callables under :data:`TRUSTED_TARGETS` (plus
+what the current command line allows), anything else is refused before it is imported.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from genrec.errors import DataError, UserError
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.json"
+CHECKPOINT_DIR = "checkpoints"
+#: what Hydra writes into a run folder before genrec starts (its job log is named by ``hydra.job.name``): a folder
+#: holding only these holds no run yet
+HYDRA_FILES = frozenset({".hydra", "train.log", "tokenize.log"})
+#: the ``_target_`` prefixes a config read from a run folder may name: genrec's own code, torch optimizers and
+#: Lightning's callbacks and loggers (the values genrec's config tree uses)
+TRUSTED_TARGETS = ("genrec.", "torch.optim.", "lightning.pytorch.callbacks.", "lightning.pytorch.loggers.")
+
+
+def check_targets(cfg: DictConfig | ListConfig, source: str | Path, allowed: tuple[str, ...] = TRUSTED_TARGETS
+                  ) -> None:
+    """Raise :class:`DataError` naming ``source`` and the key when any ``_target_`` in ``cfg`` (at any depth) does
+    not start with one of ``allowed``. Nothing is imported or resolved."""
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, DictConfig):
+            target = node._get_node("_target_") if "_target_" in node else None
+            if target is not None:
+                value = str(target._value())
+                if not value.startswith(allowed):
+                    raise DataError(source, f"_target_ {value!r} is not a trusted callable (allowed prefixes: "
+                                            f"{', '.join(allowed)}); a run folder's config may not run other code",
+                                    key=f"{key}._target_".lstrip("."))
+            for child in node.keys():
+                walk(node._get_node(child), f"{key}.{child}")
+        elif isinstance(node, ListConfig):
+            for i in range(len(node)):
+                walk(node._get_node(i), f"{key}[{i}]")
+
+    walk(cfg, "")
+
+
+def load_config(path: Path, allowed: tuple[str, ...] = TRUSTED_TARGETS) -> DictConfig:
+    """A run's ``config.yaml``, checked by :func:`check_targets`."""
+    try:
+        cfg = OmegaConf.load(path)
+    except (OSError, OmegaConfBaseException, ValueError) as err:  # yaml errors are ValueErrors
+        raise DataError(path, f"cannot be read as a genrec config: {' '.join(str(err).split())}") from None
+    if not isinstance(cfg, DictConfig):
+        raise DataError(path, "expected a mapping of config keys")
+    check_targets(cfg, path, allowed)
+    return cfg
+
+
+def results_file(cfg: DictConfig) -> Path | None:
+    """Where ``results_name=<name>`` writes (``<results_dir>/<name>.json``), or ``None``; an existing file is refused
+    unless ``overwrite_results=true``."""
+    if not cfg.get("results_name"):
+        return None
+    path = Path(cfg.results_dir) / f"{cfg.results_name}.json"
+    if path.exists() and not cfg.overwrite_results:
+        raise UserError(f"results_name={cfg.results_name}: {path} exists; choose another name or set "
+                        "overwrite_results=true")
+    return path
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a checkpoint: of the file, or of a distributed checkpoint folder's files (names and contents, in
+    sorted order)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+class RunFolder:
+    """One run folder (see the module doc). Creating the object touches nothing on disk."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @classmethod
+    def existing(cls, path: str | Path, key: str = "run_dir") -> "RunFolder":
+        """The run folder at ``path``, which must hold a ``config.yaml``; else a :class:`UserError` naming ``key``
+        (nothing is created)."""
+        run = cls(path)
+        if not run.config_path.is_file():
+            what = "does not exist" if not run.path.exists() else f"holds no {CONFIG_FILE}"
+            raise UserError(f"{key}={path}: {what}; expected a run folder written by genrec-train")
+        return run
+
+    def holds_run(self) -> bool:
+        """Whether the folder holds anything besides Hydra's own files (:data:`HYDRA_FILES`)."""
+        return self.path.is_dir() and any(p.name not in HYDRA_FILES for p in self.path.iterdir())
+
+    def require_new(self) -> None:
+        """Refuse to train into a folder that already holds a run."""
+        if self.holds_run():
+            raise UserError(f"{self.path} already holds a run ({', '.join(sorted(p.name for p in self.path.iterdir()))})"
+                            f": continue it with resume_from={self.path}, or train into a new folder "
+                            "(leave hydra.run.dir at its default, or set it to a folder that does not exist)")
+
+    def config(self, allowed: tuple[str, ...] = TRUSTED_TARGETS) -> DictConfig:
+        return load_config(self.config_path, allowed)
+
+    def metrics(self) -> dict[str, Any] | None:
+        """``metrics.json``, or ``None`` while the run has not finished."""
+        if not self.metrics_path.is_file():
+            return None
+        try:
+            return json.loads(self.metrics_path.read_text())
+        except (OSError, ValueError) as err:
+            raise DataError(self.metrics_path, f"cannot be read as JSON: {err}") from None
+
+    def checkpoint(self, name: str) -> Path:
+        """The checkpoint ``name`` (``best`` or ``last``), checked before anything is built from it.
+
+        ``best`` is the checkpoint ``metrics.json`` names, and its sha256 must be the one recorded when the
+        metrics were written (a folder trained into twice, or a checkpoint replaced since, is refused). ``last`` is
+        the resume point, also of an unfinished run."""
+        if name == "last":
+            path = self.checkpoint_dir / "last.ckpt"
+            if not path.exists():
+                raise UserError(f"{path}: not found; the run has not saved a checkpoint yet")
+            return path
+        if name != "best":
+            raise UserError(f"checkpoint={name}: expected best (the checkpoint metrics.json names) or last")
+        metrics = self.metrics()
+        if metrics is None:
+            raise UserError(f"{self.metrics_path}: not found: the run has not finished (evaluate its resume point "
+                            "with checkpoint=last, or resume it with genrec-train resume_from=<run folder>)")
+        record = (metrics.get("checkpoints") or {}).get("best")
+        if not record:
+            raise DataError(self.metrics_path, "names no best checkpoint (written by an older genrec?): "
+                                               "use checkpoint=last", key="checkpoints.best")
+        path = self.path / record["file"]
+        if not path.exists():
+            raise UserError(f"{path}: not found, but {self.metrics_path} was computed from it")
+        if file_digest(path) != record["sha256"]:
+            raise UserError(f"{path} is not the checkpoint {self.metrics_path} was computed from (its sha256 "
+                            "differs: the folder changed after training); retrain, or use checkpoint=last")
+        return path

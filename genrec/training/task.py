@@ -1,0 +1,137 @@
+"""The one base of genrec's LightningModules: optimizer set-up, the training-loss logging, and evaluation by
+full-corpus ranking (exact over all users of all processes). A task says only how it computes its loss and how it
+scores every item for a batch of users; the retrieval and the generative tasks override those two (and the
+generative task adds the share of invalid decoded IDs to its metrics).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import lightning as L
+import torch
+from torch import nn
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+from genrec.data.batch import JaggedBatch
+from genrec.embedding import EmbeddingTables
+from genrec.eval.metrics import Evaluator
+
+#: ``(batch) -> (B, num_items + 1)`` scores of every item (column 0: padding) for the batch's users
+Scorer = Callable[[JaggedBatch], torch.Tensor]
+#: sums a tensor over the processes (identity in one process)
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+class RecommenderTask(L.LightningModule):
+    """Trains ``model`` with :meth:`training_loss`; validates and tests by ranking every item with the scorer of
+    :meth:`make_scorer` (metrics logged as ``val/<metric>`` and ``test/<metric>``).
+
+    Args:
+        model: the recommender (its embedding tables may be sharded by genrec.dist's strategy: their fused
+            optimizer then updates them in the backward pass and they are left out of :meth:`configure_optimizers`).
+        lr / weight_decay / betas: AdamW settings (no weight decay on biases, norms and embedding tables).
+        warmup_steps: linear learning-rate warm-up over that many steps (0: none).
+        ks: metric cut-offs.
+        exclude_history: remove the user's history items from the ranking.
+    """
+
+    def __init__(self, model: nn.Module, lr: float = 1e-3, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.98), warmup_steps: int = 0, ks: tuple[int, ...] = (5, 10, 20),
+                 exclude_history: bool = True):
+        super().__init__()
+        self.model = model
+        self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
+        self.evaluator = Evaluator(tuple(ks), exclude_history)
+        self._scorer: Scorer | None = None
+
+    # ---- what a task provides ------------------------------------------------------------------------------------
+
+    def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
+        """The batch's mean training loss (a scalar)."""
+        raise NotImplementedError
+
+    def make_scorer(self) -> Scorer:
+        """A scorer for one evaluation pass (built once per pass: it may precompute every item's vector)."""
+        raise NotImplementedError
+
+    def eval_extras(self, reduce: Reduce) -> dict[str, float]:
+        """Metrics beyond the ranking metrics for the pass that just ended, summed over processes by ``reduce``."""
+        return {}
+
+    def run_info(self) -> dict[str, Any]:
+        """What the run's numbers depend on beyond its config, for ``metrics.json``."""
+        return {}
+
+    @property
+    def exclude_history(self) -> bool:
+        return self.evaluator.exclude_history
+
+    @exclude_history.setter
+    def exclude_history(self, value: bool) -> None:
+        self.evaluator.exclude_history = value
+
+    # ---- training --------------------------------------------------------------------------------------------------
+
+    def forward(self, batch: JaggedBatch) -> torch.Tensor:
+        """The training loss (so a data-parallel wrapper's ``forward`` runs the whole step)."""
+        return self.training_loss(batch)
+
+    def training_step(self, batch: JaggedBatch, batch_idx: int) -> torch.Tensor:
+        loss = self.training_loss(batch)
+        # with several processes, the mean of the processes' losses is the global batch's mean loss
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch.batch_size,
+                 sync_dist=True)
+        return loss
+
+    def configure_optimizers(self):
+        """AdamW over the parameters not updated by a fused (in-backward) optimizer, with the optional warm-up."""
+        tables = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, EmbeddingTables))
+                  for p in m.parameters()}
+        decay, no_decay = [], []
+        for _, p in in_backward_optimizer_filter(self.model.named_parameters()):
+            (no_decay if p.ndim < 2 or id(p) in tables else decay).append(p)
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas)
+        if not self.warmup_steps:
+            return optimizer
+        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / self.warmup_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+
+    # ---- evaluation ------------------------------------------------------------------------------------------------
+
+    def _sum_over_processes(self, totals: torch.Tensor) -> torch.Tensor:
+        return self.trainer.strategy.reduce(totals.to(self.device), reduce_op="sum").cpu()
+
+    def _eval_epoch_start(self) -> None:
+        self._scorer = self.make_scorer()
+
+    def _eval_step(self, batch: JaggedBatch) -> None:
+        self.evaluator.update(self._scorer(batch).float(), batch)
+
+    def _eval_epoch_end(self, prefix: str) -> None:
+        self.evaluator.metrics.merge(self._sum_over_processes)  # exact totals over every user of every process
+        metrics = {**self.evaluator.compute(), **self.eval_extras(self._sum_over_processes)}
+        for name, value in metrics.items():
+            # already the value over all processes (identical everywhere): "max" keeps it exact
+            self.log(f"{prefix}/{name}", value, prog_bar=name in ("ndcg@10", "recall@10"), sync_dist=True,
+                     reduce_fx="max")
+        self.evaluator.reset()
+        self._scorer = None
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_epoch_start()
+
+    def validation_step(self, batch: JaggedBatch, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_epoch_start()
+
+    def test_step(self, batch: JaggedBatch, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")

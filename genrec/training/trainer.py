@@ -1,0 +1,148 @@
+"""The Lightning Trainer of a run, and the checks of the training config that run before anything expensive.
+
+:func:`check_train_config` checks the value types of the keys genrec reads and every ``trainer.*`` key against
+``lightning.Trainer``'s signature, so ``trainer.max_epochs=abc`` is a one-line error naming the key, not a
+traceback after the data was loaded. :func:`build_trainer` builds the Trainer with the run's callbacks and loggers
+(config groups ``callbacks`` and ``logger``) plus what genrec always adds: the best and last checkpoints and the
+exact-resume state.
+"""
+from __future__ import annotations
+
+import inspect
+import typing
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from genrec.dist import ShardingConfig, TorchRecStrategy
+from genrec.errors import ConfigError
+from genrec.runs import CHECKPOINT_DIR
+from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+
+#: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
+TRAIN_KEYS: dict[str, tuple[type, ...]] = {
+    "seed": (int,), "threads": (int, type(None)), "optim.lr": (float,), "optim.weight_decay": (float,),
+    "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
+    "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
+    "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
+    "resume_from": (str, type(None)), "model.dim": (int,),
+}
+#: of those, the ones that must be positive
+POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
+              dict: "a mapping", type(None): "null"}
+
+
+def _is(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a config value (plain YAML types) fits a type annotation of ``lightning.Trainer``; annotations of
+    other classes (an Accelerator object, a timedelta) cannot come from YAML and do not match."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin is typing.Union:
+        return any(_fits(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (list, tuple, typing.Sequence, typing.Iterable) or hint in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin in (dict, typing.Mapping) or hint is dict:
+        return isinstance(value, dict)
+    if hint is type(None):
+        return value is None
+    if isinstance(hint, type):
+        return _is(value, hint)
+    return True  # a forward reference or an unusual construct: Lightning checks it
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        names = [_describe(a) for a in args if _describe(a)]
+        return " or ".join(dict.fromkeys(names))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if hint in TYPE_NAMES:
+        return TYPE_NAMES[hint]
+    return ""
+
+
+def check_trainer_arguments(kwargs: dict[str, Any]) -> None:
+    """Every ``trainer.*`` key is an argument of ``lightning.Trainer`` and its value fits the annotation."""
+    parameters = inspect.signature(L.Trainer.__init__).parameters
+    hints = typing.get_type_hints(L.Trainer.__init__)
+    for key, value in kwargs.items():
+        if key not in parameters or key == "self":
+            raise ConfigError(f"trainer.{key}", "not an argument of lightning.Trainer")
+        if key in hints and not _fits(value, hints[key]):
+            raise ConfigError(f"trainer.{key}", f"got {value!r}, expected {_describe(hints[key]) or hints[key]}")
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    """The checks that need no data: value types and the trainer's arguments."""
+    for key, kinds in TRAIN_KEYS.items():
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if value is None and OmegaConf.select(cfg, key, default="<absent>") == "<absent>":
+            continue  # not in this config (e.g. a model without model.dim)
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if not any(_is(value, kind) for kind in kinds):
+            raise ConfigError(key, f"got {value!r}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds))
+        if key in POSITIVE and value <= 0:
+            raise ConfigError(key, f"got {value!r}, expected a positive value")
+    check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
+
+
+def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.trainer`` as keyword arguments; with ``sharding.type`` set, the strategy is genrec's
+    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process."""
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    sharding = ShardingConfig.from_config(cfg.sharding)
+    if sharding.enabled:
+        if kwargs.get("strategy", "auto") != "auto":
+            raise ConfigError("trainer.strategy", f"sharding={sharding.type} trains with genrec's TorchRecStrategy: "
+                                                  f"leave trainer.strategy at auto (got {kwargs['strategy']!r})")
+        kwargs["strategy"] = TorchRecStrategy(sharding)
+    return kwargs
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None) -> list:
+    """The loggers of ``cfg.logger``, each built with ``save_dir=run_dir``; a resumed TensorBoard log hides the
+    events the killed process wrote after the checkpoint (``purge_step``)."""
+    loggers = []
+    for name, node in (cfg.get("logger") or {}).items():
+        extra = {}
+        if resume_step is not None and node.get("_target_") == f"{TensorBoardLogger.__module__}.TensorBoardLogger":
+            extra["purge_step"] = resume_step
+        loggers.append(instantiate(node, save_dir=str(run_dir), **extra))
+    return loggers
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
+                  ) -> tuple[L.Trainer, RunCheckpoint]:
+    """The Trainer of a run in ``run_dir`` (no data needed) and its best-checkpoint callback.
+
+    Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
+    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place."""
+    monitor = f"val/{cfg.eval.monitor}"
+    checkpoints = run_dir / CHECKPOINT_DIR
+    best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
+    callbacks = [instantiate(node) for node in (cfg.get("callbacks") or {}).values()]
+    callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
+    try:
+        trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
+                            logger=build_loggers(cfg, run_dir, resume_step))
+    except (MisconfigurationException, ValueError, TypeError) as err:
+        raise ConfigError("trainer", " ".join(str(err).split())) from None
+    return trainer, best
