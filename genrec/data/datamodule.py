@@ -15,6 +15,7 @@ from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
+from genrec.errors import UserError
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")
 
@@ -70,7 +71,7 @@ class SequenceDataModule(L.LightningDataModule):
                  bucket_by_length: bool = False):
         super().__init__()
         if train_examples not in TRAIN_EXAMPLES:
-            raise ValueError(f"train_examples must be one of {TRAIN_EXAMPLES}, got {train_examples!r}")
+            raise UserError(f"train_examples must be one of {TRAIN_EXAMPLES}, got {train_examples!r}")
         self.train_examples, self.bucket_by_length = train_examples, bucket_by_length
         self.reader, self.preprocess = _plain(reader), _plain(preprocess) or {}
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size

@@ -27,6 +27,8 @@ from torchrec.distributed.sharding_plan import (
 )
 from torchrec.distributed.types import ShardingPlan
 
+from genrec.errors import UserError
+
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise")
 FUSED = "fused"
 
@@ -54,13 +56,13 @@ class SparseOptimizerConfig:
 
     def __post_init__(self) -> None:
         if self.name not in SPARSE_OPTIMIZERS:
-            raise ValueError(f"sharding.optimizer.name must be one of {sorted(SPARSE_OPTIMIZERS)}, got {self.name!r}")
+            raise UserError(f"sharding.optimizer.name must be one of {sorted(SPARSE_OPTIMIZERS)}, got {self.name!r}")
 
     def fused_params(self, device_type: str) -> dict[str, Any]:
         """FBGEMM keyword arguments of the fused kernel."""
         if device_type == "cpu" and self.name not in CPU_SPARSE_OPTIMIZERS:
-            raise ValueError(f"sharding.optimizer.name={self.name!r} has no CPU kernel in FBGEMM; on CPU use one of "
-                             f"{CPU_SPARSE_OPTIMIZERS}")
+            raise UserError(f"sharding.optimizer.name={self.name!r} has no CPU kernel in FBGEMM; on CPU use one of "
+                            f"{CPU_SPARSE_OPTIMIZERS}")
         return {"optimizer": SPARSE_OPTIMIZERS[self.name][0], "learning_rate": self.lr, "eps": self.eps,
                 "beta1": self.betas[0], "beta2": self.betas[1]}
 
@@ -81,15 +83,15 @@ class ShardingConfig:
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
         unknown = set(raw) - {"type", "tables", "optimizer", "topology", "constraints", "backend"}
         if unknown:
-            raise ValueError(f"unknown sharding keys {sorted(unknown)}")
+            raise UserError(f"unknown sharding keys {sorted(unknown)}")
         optimizer = SparseOptimizerConfig(**{k: tuple(v) if k == "betas" else v
                                              for k, v in (raw.pop("optimizer", None) or {}).items()})
         out = cls(optimizer=optimizer, **{k: v for k, v in raw.items() if v is not None})
         for key, kind in [("sharding.type", out.type)] + [(f"sharding.tables.{t}", k) for t, k in out.tables.items()]:
             allowed = SHARDING_TYPES + (("planner",) if key == "sharding.type" else ())
             if kind is not None and kind not in allowed:
-                raise ValueError(f"{key} must be one of {allowed}, got {kind!r} (table_row_wise and data_parallel are "
-                                 "not supported for EmbeddingCollection tables)")
+                raise UserError(f"{key} must be one of {allowed}, got {kind!r} (table_row_wise and data_parallel are "
+                                "not supported for EmbeddingCollection tables)")
         return out
 
     @property
@@ -115,7 +117,7 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
     names = {c.name for ec in collections.values() for c in ec.embedding_configs()}
     for key, given in (("sharding.tables", cfg.tables), ("sharding.constraints", cfg.constraints)):
         if set(given) - names:
-            raise ValueError(f"{key} names unknown tables {sorted(set(given) - names)}; tables: {sorted(names)}")
+            raise UserError(f"{key} names unknown tables {sorted(set(given) - names)}; tables: {sorted(names)}")
     if cfg.type == "planner":
         return _planner_plan(module, cfg, sharder, world_size, local_world_size, device_type)
     plan, index = {}, 0
@@ -129,8 +131,8 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
                 per_table[table.name] = row_wise(compute_kernel=FUSED)
             else:
                 if table.embedding_dim % world_size:
-                    raise ValueError(f"sharding column_wise: table {table.name!r} has dim {table.embedding_dim}, "
-                                     f"not divisible by the {world_size} processes")
+                    raise UserError(f"sharding column_wise: table {table.name!r} has dim {table.embedding_dim}, "
+                                    f"not divisible by the {world_size} processes")
                 per_table[table.name] = column_wise(ranks=list(range(world_size)), compute_kernel=FUSED)
             index += 1
         plan[path] = construct_module_sharding_plan(ec, per_table, sharder=sharder, local_size=local_world_size,

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torchrec import EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
 
+from genrec.errors import UserError
+
 #: What to do with an ID outside ``[0, num_embeddings)``: raise, or map it to ``id mod num_embeddings``.
 OUT_OF_RANGE = ("error", "hash")
 
@@ -40,15 +42,15 @@ class TableConfig:
 
     def __post_init__(self) -> None:
         if self.num_embeddings < 1 or self.dim < 1:
-            raise ValueError(f"table {self.name!r}: num_embeddings and dim must be positive, got "
-                             f"{self.num_embeddings} and {self.dim}")
+            raise UserError(f"table {self.name!r}: num_embeddings and dim must be positive, got "
+                            f"{self.num_embeddings} and {self.dim}")
         if hasattr(nn.ModuleDict, self.name):  # TorchRec keeps tables in a ModuleDict keyed by name
-            raise ValueError(f"table name {self.name!r} clashes with torch.nn.ModuleDict.{self.name}: rename the table")
+            raise UserError(f"table name {self.name!r} clashes with torch.nn.ModuleDict.{self.name}: rename the table")
         if not self.features:
-            raise ValueError(f"table {self.name!r} serves no feature")
+            raise UserError(f"table {self.name!r} serves no feature")
         if self.out_of_range not in OUT_OF_RANGE:
-            raise ValueError(f"table {self.name!r}: out_of_range must be one of {OUT_OF_RANGE}, "
-                             f"got {self.out_of_range!r}")
+            raise UserError(f"table {self.name!r}: out_of_range must be one of {OUT_OF_RANGE}, "
+                            f"got {self.out_of_range!r}")
 
 
 class EmbeddingTables(nn.Module):
@@ -65,12 +67,12 @@ class EmbeddingTables(nn.Module):
         names = [t.name for t in tables]
         self.feature_names = [f for t in tables for f in t.features]
         if not tables or len(set(names)) != len(names) or len(set(self.feature_names)) != len(self.feature_names):
-            raise ValueError(f"tables need unique names and features, got tables {names} with features "
-                             f"{self.feature_names}")
+            raise UserError(f"tables need unique names and features, got tables {names} with features "
+                            f"{self.feature_names}")
         dims = {t.dim for t in tables}
         if len(dims) > 1:
-            raise ValueError(f"tables of one EmbeddingTables share one width, got {sorted(dims)}: "
-                             "build one EmbeddingTables per width")
+            raise UserError(f"tables of one EmbeddingTables share one width, got {sorted(dims)}: "
+                            "build one EmbeddingTables per width")
         self.dim = dims.pop()
         self._table_of = {f: t for t in tables for f in t.features}
         self.collection = EmbeddingCollection(
@@ -89,7 +91,7 @@ class EmbeddingTables(nn.Module):
             return ids
         if table.out_of_range == "hash":
             return torch.remainder(ids, table.num_embeddings)
-        raise ValueError(f"feature {feature!r}: IDs must lie in [0, {table.num_embeddings}) (table {table.name!r}), "
+        raise UserError(f"feature {feature!r}: IDs must lie in [0, {table.num_embeddings}) (table {table.name!r}), "
                          f"got values in [{low}, {high}]")
 
     def forward(self, features: KeyedJaggedTensor) -> dict[str, torch.Tensor]:

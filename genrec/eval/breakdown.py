@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from genrec.data.schema import SequenceData
+from genrec.errors import UserError
 from genrec.eval.baselines import item_popularity
 from genrec.eval.metrics import Evaluator, RankingMetrics
 
@@ -62,7 +63,7 @@ def bucket_names(edges: list[int]) -> list[str]:
 def bucketize(values: np.ndarray, edges: list[int]) -> np.ndarray:
     """``(U,)`` integer values -> ``(U,)`` bucket index into :func:`bucket_names` ``(edges)``."""
     if list(edges) != sorted(set(edges)):
-        raise ValueError(f"bucket edges must be strictly increasing, got {list(edges)}")
+        raise UserError(f"bucket edges must be strictly increasing, got {list(edges)}")
     return np.searchsorted(np.asarray(edges), values, side="left")
 
 

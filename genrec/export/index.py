@@ -13,6 +13,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from genrec.errors import UserError
+
 log = logging.getLogger("genrec.export")
 
 INDEX_TYPES = ("flat", "ivfpq", "hnsw")
@@ -30,7 +32,7 @@ def _ivfpq(vectors: np.ndarray, nlist: int | None, m: int | None, nbits: int | N
     nbits = nbits or int(np.clip(np.floor(np.log2(n)), 1, 8))  # k-means needs as many points as centroids
     m = m or max(1, d // 2)
     if d % m:
-        raise ValueError(f"index.m={m} must divide the vector dimension {d}")
+        raise UserError(f"index.m={m} must divide the vector dimension {d}")
     ivf = faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
     ivf.cp.seed = ivf.pq.cp.seed = train_seed
     ivf.nprobe = min(nprobe, nlist)
@@ -52,14 +54,14 @@ def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: dict[str, Any]) -> tu
     """
     kind, gpu = cfg.get("type"), cfg.get("gpu", "auto")
     if kind not in INDEX_TYPES:
-        raise ValueError(f"index.type must be one of {INDEX_TYPES}, got {kind!r}")
+        raise UserError(f"index.type must be one of {INDEX_TYPES}, got {kind!r}")
     if gpu not in ("auto", True, False):
-        raise ValueError(f"index.gpu must be auto, true or false, got {gpu!r}")
+        raise UserError(f"index.gpu must be auto, true or false, got {gpu!r}")
     if gpu is True and kind == "hnsw":
-        raise ValueError("index.gpu=true for an hnsw index: faiss has no GPU HNSW (use flat or ivfpq on the GPU)")
+        raise UserError("index.gpu=true for an hnsw index: faiss has no GPU HNSW (use flat or ivfpq on the GPU)")
     if gpu is True and not gpu_available():
-        raise ValueError("index.gpu=true but faiss sees no GPU (install faiss-gpu on a CUDA machine, or set "
-                         "index.gpu=auto)")
+        raise UserError("index.gpu=true but faiss sees no GPU (install faiss-gpu on a CUDA machine, or set "
+                        "index.gpu=auto)")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     d = vectors.shape[1]
     if kind == "flat":

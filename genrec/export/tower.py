@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genrec.errors import UserError
 from genrec.models.recommender import SequentialRecommender
 
 log = logging.getLogger("genrec.export")
@@ -44,8 +45,8 @@ class UserTower(nn.Module):
         super().__init__()
         encoder = model.encoder
         if not hasattr(encoder, "forward_padded") or not hasattr(encoder, "max_len"):
-            raise ValueError(f"{type(encoder).__name__} cannot be exported: the encoder needs forward_padded() "
-                             "and max_len (see genrec/models/sasrec.py)")
+            raise UserError(f"{type(encoder).__name__} cannot be exported: the encoder needs forward_padded() "
+                            "and max_len (see genrec/models/sasrec.py)")
         self.encoder, self.max_len, self.cosine = encoder, int(encoder.max_len), model.similarity == "cosine"
         self.register_buffer("item_table", model.item_embedding.table().detach().clone())
 

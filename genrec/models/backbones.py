@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genrec.errors import UserError
 from genrec.models.encoder import SequenceEncoder
-from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 from genrec.models.sasrec import SASRec
+from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 
 
 class TokenBackbone(nn.Module):
@@ -76,8 +77,8 @@ class CachedSASRec(EncoderBackbone):
 
     def _embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if int(positions.max()) >= self.encoder.max_len:
-            raise ValueError(f"a sequence reaches {int(positions.max()) + 1} tokens but the backbone was built with "
-                             f"max_len={self.encoder.max_len}")
+            raise UserError(f"a sequence reaches {int(positions.max()) + 1} tokens but the backbone was built with "
+                            f"max_len={self.encoder.max_len}")
         return x * math.sqrt(self.dim) + self.encoder.positions(positions)
 
     @staticmethod
@@ -146,7 +147,7 @@ def as_backbone(module: nn.Module) -> TokenBackbone:
         return CachedSASRec(module)
     if isinstance(module, SequenceEncoder):
         return EncoderBackbone(module)
-    raise TypeError(f"model.backbone: expected a SequenceEncoder or a TokenBackbone, got {type(module).__name__}")
+    raise UserError(f"model.backbone: expected a SequenceEncoder or a TokenBackbone, got {type(module).__name__}")
 
 
 class HFCausalLM(TokenBackbone):
@@ -170,18 +171,18 @@ class HFCausalLM(TokenBackbone):
             try:
                 self.model = AutoModel.from_pretrained(pretrained, local_files_only=True)
             except OSError as err:
-                raise ValueError(f"model.backbone.pretrained={pretrained!r}: not a local model folder nor in the "
-                                 f"local Hugging Face cache (nothing is downloaded): {err}") from err
+                raise UserError(f"model.backbone.pretrained={pretrained!r}: not a local model folder nor in the "
+                                f"local Hugging Face cache (nothing is downloaded): {err}") from err
         elif config:
             config = dict(config)
             self.model = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
         else:
-            raise ValueError("model.backbone: set `pretrained` (a local checkpoint) or `config` (with model_type)")
+            raise UserError("model.backbone: set `pretrained` (a local checkpoint) or `config` (with model_type)")
         self.dim = int(self.model.config.hidden_size)
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if max_len is not None and limit is not None and max_len > limit:
-            raise ValueError(f"model.backbone: sequences of up to {max_len} tokens, but the model takes at most "
-                             f"{limit} positions (max_position_embeddings)")
+            raise UserError(f"model.backbone: sequences of up to {max_len} tokens, but the model takes at most "
+                            f"{limit} positions (max_position_embeddings)")
         # transformers 5 renamed `past_key_values` to `cache`
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from genrec.data.batch import JaggedBatch
+from genrec.errors import UserError
 from genrec.models.beam import BeamResult, Decoder, beam_search
 from genrec.models.semantic_ids import SemanticIDs
 from genrec.models.trie import PrefixTrie
@@ -31,7 +32,7 @@ class GenerativeRecommender(nn.Module):
                  constrained: bool = True):
         super().__init__()
         if not 1 <= top_k <= beam:
-            raise ValueError(f"model.decoding: top_k must lie in 1..beam, got top_k={top_k}, beam={beam}")
+            raise UserError(f"model.decoding: top_k must lie in 1..beam, got top_k={top_k}, beam={beam}")
         self.sids = SemanticIDs(sid_table, user_buckets)
         self.sid_config = dict(sid_table.config)  # how the table was made (encoder, quantizer), for run records
         self.trie = PrefixTrie(self.sids.codes[1:], sid_table.codebook_sizes)
@@ -82,8 +83,8 @@ class GenerativeRecommender(nn.Module):
     def set_extra_state(self, state: dict[str, Any]) -> None:
         saved = state.get("sid_table_hash")
         if saved != self.sids.content_hash:
-            raise ValueError(f"sid_table: the checkpoint was trained with SID table {saved}, the configured table is "
-                             f"{self.sids.content_hash}; point sid_table at the table the model was trained with")
+            raise UserError(f"sid_table: the checkpoint was trained with SID table {saved}, the configured table is "
+                            f"{self.sids.content_hash}; point sid_table at the table the model was trained with")
 
 
 class BeamScorer:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genrec.errors import UserError
 from genrec.models.attention import RelativeBias, check_name, resolve
 from genrec.models.encoder import SequenceEncoder
 from genrec.ops.jagged import JaggedLayout
@@ -100,9 +101,9 @@ class HSTU(SequenceEncoder):
                  variant: str = "paper", attention: str = "auto"):
         super().__init__()
         if denominator not in DENOMINATORS:
-            raise ValueError(f"model.encoder.denominator must be one of {DENOMINATORS}, got {denominator!r}")
+            raise UserError(f"model.encoder.denominator must be one of {DENOMINATORS}, got {denominator!r}")
         if variant not in VARIANTS:
-            raise ValueError(f"model.encoder.variant must be one of {VARIANTS}, got {variant!r}")
+            raise UserError(f"model.encoder.variant must be one of {VARIANTS}, got {variant!r}")
         self.dim, self.max_len, self.denominator = dim, max_len, denominator
         self.attention = check_name("hstu", attention)
         self.positions = nn.Embedding(max_len, dim)
@@ -119,7 +120,7 @@ class HSTU(SequenceEncoder):
             raise ValueError("HSTU needs timestamps and query_timestamps together (or neither)")
         layout = JaggedLayout(offsets)
         if layout.max_len > self.max_len:
-            raise ValueError(f"a sequence has {layout.max_len} items but HSTU was built with max_len={self.max_len}")
+            raise UserError(f"a sequence has {layout.max_len} items but HSTU was built with max_len={self.max_len}")
         attend = resolve("hstu", self.attention, embeddings)
         if self.denominator == "max_len":
             scale = embeddings.new_full((layout.batch_size,), 1.0 / self.max_len)

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genrec.errors import UserError
+
 NEGATIVE_SOURCES = ("uniform", "in_batch", "mixed")
 
 
@@ -29,7 +31,7 @@ class SampledSoftmaxLoss(nn.Module):
                  per_position: bool = False):
         super().__init__()
         if negatives not in NEGATIVE_SOURCES:
-            raise ValueError(f"negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
+            raise UserError(f"negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
         self.num_negatives, self.negatives, self.temperature = num_negatives, negatives, temperature
         self.per_position = per_position
 

@@ -8,6 +8,7 @@ from torch import nn
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import PAD_ITEM
 from genrec.embedding import ItemEmbedding
+from genrec.errors import UserError
 from genrec.models.encoder import SequenceEncoder
 
 SIMILARITIES = ("dot", "cosine")
@@ -25,9 +26,9 @@ class SequentialRecommender(nn.Module):
     def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot"):
         super().__init__()
         if similarity not in SIMILARITIES:
-            raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
+            raise UserError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
         if item_embedding.dim != encoder.dim:
-            raise ValueError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
+            raise UserError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
         self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, similarity
 
     @property

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from genrec.errors import UserError
 from genrec.models.attention import check_name, resolve
 from genrec.models.encoder import SequenceEncoder
 from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
@@ -24,7 +25,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, dropout: float, attention: str = "auto"):
         super().__init__()
         if dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+            raise UserError(f"dim={dim} must be divisible by num_heads={num_heads}")
         self.num_heads, self.dropout, self.attention = num_heads, dropout, check_name("softmax", attention)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
@@ -83,7 +84,7 @@ class SASRec(SequenceEncoder):
         """``(N, D)`` jagged embeddings -> ``(N, D)`` states; timestamps are not used by SASRec."""
         longest = int((offsets[1:] - offsets[:-1]).max())
         if longest > self.max_len:
-            raise ValueError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
+            raise UserError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
         return padded_to_jagged(self.forward_padded(jagged_to_padded(embeddings, offsets, longest), offsets), offsets)
 
     def forward_padded(self, x: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:

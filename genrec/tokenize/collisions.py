@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from genrec.errors import UserError
+
 STRATEGIES = ("extra_level", "nearest_free")
 
 
@@ -74,8 +76,8 @@ def reassign_to_free_codes(codes: np.ndarray, last_distances: np.ndarray) -> np.
                 taken.add(prefix + (code,))
                 break
         else:
-            raise ValueError(f"prefix {prefix} holds more than {k} items, so no free last-level code is left; use "
-                             f"collisions=extra_level or a larger tokenizer.codebook_size")
+            raise UserError(f"prefix {prefix} holds more than {k} items, so no free last-level code is left; use "
+                            f"collisions=extra_level or a larger tokenizer.codebook_size")
     return codes
 
 
@@ -84,7 +86,7 @@ def resolve_collisions(codes: np.ndarray, strategy: str, last_distances: np.ndar
     level. Returns unique codes and the per-level codebook sizes. ``last_distances (N, K)`` ranks the free codes
     (nearest_free) or orders the items of a shared tuple (extra_level: nearest gets 0)."""
     if strategy not in STRATEGIES:
-        raise ValueError(f"collisions must be one of {STRATEGIES}, got {strategy!r}")
+        raise UserError(f"collisions must be one of {STRATEGIES}, got {strategy!r}")
     k = last_distances.shape[1]
     sizes = [k] * codes.shape[1]
     if strategy == "extra_level":

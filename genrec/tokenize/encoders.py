@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from genrec.errors import DataError
 from genrec.data.schema import TEXT_FIELDS, SequenceData
+from genrec.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def item_texts(data: SequenceData, fields: list[str] | tuple[str, ...] = TEXT_FI
         texts and the number of items that had no text.
     """
     if on_empty not in ON_EMPTY:
-        raise ValueError(f"encoder.on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
+        raise UserError(f"encoder.on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
     items = _items_of(data, "text")
     present = [f for f in fields if f in items.columns]
     if not present:
@@ -131,9 +131,9 @@ class TextEncoder:
                  backend: str = "sentence_transformers", batch_size: int = 64, max_length: int = 256,
                  normalize: bool = True, on_empty: str = "error", cache_dir: str | None = None, device: str = "cpu"):
         if backend not in BACKENDS:
-            raise ValueError(f"encoder.backend must be one of {BACKENDS}, got {backend!r}")
+            raise UserError(f"encoder.backend must be one of {BACKENDS}, got {backend!r}")
         if on_empty not in ON_EMPTY:
-            raise ValueError(f"encoder.on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
+            raise UserError(f"encoder.on_empty must be one of {ON_EMPTY}, got {on_empty!r}")
         self.fields, self.model, self.backend = list(fields), model, backend
         self.batch_size, self.max_length, self.normalize = batch_size, max_length, normalize
         self.on_empty, self.cache_dir, self.device = on_empty, cache_dir, device
@@ -183,8 +183,8 @@ class TextEncoder:
                 return self._embed_sentence_transformers(path, texts)
             return self._embed_transformers(path, texts)
         except OSError as e:  # a name that is neither a local folder nor in the local cache
-            raise ValueError(f"encoder.model: cannot load {self.model!r} without downloading ({e}); pass a local "
-                             f"model folder or {PACKAGED_MINILM!r}") from None
+            raise UserError(f"encoder.model: cannot load {self.model!r} without downloading ({e}); pass a local "
+                            f"model folder or {PACKAGED_MINILM!r}") from None
 
     def _embed_sentence_transformers(self, path: str, texts: list[str]) -> np.ndarray:
         from sentence_transformers import SentenceTransformer
@@ -238,7 +238,7 @@ class CategoricalEncoder:
     def __init__(self, fields: list[str] | tuple[str, ...] = ("brand", "categories"), separator: str = ",",
                  max_values: int = 1024, min_count: int = 1, on_empty: str = "error"):
         if on_empty not in ("error", "zeros"):
-            raise ValueError(f"encoder.on_empty must be 'error' or 'zeros', got {on_empty!r}")
+            raise UserError(f"encoder.on_empty must be 'error' or 'zeros', got {on_empty!r}")
         self.fields, self.separator, self.on_empty = list(fields), separator, on_empty
         self.max_values, self.min_count = max_values, min_count
 

@@ -9,6 +9,8 @@ import math
 import faiss
 import numpy as np
 
+from genrec.errors import UserError
+
 
 def as_points(x: np.ndarray) -> np.ndarray:
     """``x`` as a C-contiguous float32 ``(N, D)`` array (what faiss takes)."""
@@ -42,7 +44,7 @@ def kmeans(x: np.ndarray, k: int, niter: int = 25, seed: int = 0) -> np.ndarray:
     re-split from a large one). Returns ``(k, D)`` float32 centroids; deterministic for a given ``seed``."""
     x = as_points(x)
     if len(x) < k:
-        raise ValueError(f"k-means with k={k} codes needs at least {k} points, got {len(x)}")
+        raise UserError(f"k-means with k={k} codes needs at least {k} points, got {len(x)}")
     km = faiss.Kmeans(x.shape[1], k, niter=niter, seed=seed, verbose=False,
                       min_points_per_centroid=1, max_points_per_centroid=1 << 30)  # no sampling, no warning
     km.train(x, init_centroids=kmeans_plus_plus(x, k, seed))
@@ -81,7 +83,7 @@ def balanced_assign(distances: np.ndarray, capacity: int) -> np.ndarray:
     """
     n, k = distances.shape
     if capacity * k < n:
-        raise ValueError(f"capacity {capacity} x {k} centroids cannot hold {n} points")
+        raise UserError(f"capacity {capacity} x {k} centroids cannot hold {n} points")
     preference = np.argsort(distances, axis=1, kind="stable")  # (N, K) centroids by distance
     choice = np.zeros(n, dtype=np.int64)  # position in each point's preference list
     codes = np.full(n, -1, dtype=np.int64)

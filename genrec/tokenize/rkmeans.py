@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from genrec.errors import UserError
 from genrec.tokenize.kmeans import as_points, assign, balanced_assign, balanced_kmeans, kmeans, squared_distances
 
 
@@ -30,8 +31,8 @@ class ResidualKMeans:
     def __init__(self, num_levels: int = 3, codebook_size: int = 256, niter: int = 25,
                  normalize_residuals: bool = False, balanced: bool = False, balance_iters: int = 10):
         if num_levels < 1 or codebook_size < 2:
-            raise ValueError(f"tokenizer.num_levels must be >= 1 and tokenizer.codebook_size >= 2, got "
-                             f"{num_levels} and {codebook_size}")
+            raise UserError(f"tokenizer.num_levels must be >= 1 and tokenizer.codebook_size >= 2, got "
+                            f"{num_levels} and {codebook_size}")
         self.num_levels, self.codebook_size, self.niter = num_levels, codebook_size, niter
         self.normalize_residuals, self.balanced, self.balance_iters = normalize_residuals, balanced, balance_iters
         self.codebooks: list[np.ndarray] = []   # L x (K, D)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from genrec.errors import UserError
 from genrec.tokenize.kmeans import as_points
 from genrec.tokenize.rkmeans import ResidualKMeans
 
@@ -106,8 +107,8 @@ class RQVAETokenizer:
                  lr: float = 1e-3, weight_decay: float = 0.0, kmeans_init: bool = True,
                  reset_dead_codes: bool = True, device: str = "cpu"):
         if num_levels < 1 or codebook_size < 2 or epochs < 1:
-            raise ValueError(f"tokenizer.num_levels >= 1, tokenizer.codebook_size >= 2 and tokenizer.epochs >= 1 "
-                             f"required, got {num_levels}, {codebook_size}, {epochs}")
+            raise UserError(f"tokenizer.num_levels >= 1, tokenizer.codebook_size >= 2 and tokenizer.epochs >= 1 "
+                            f"required, got {num_levels}, {codebook_size}, {epochs}")
         self.num_levels, self.codebook_size = num_levels, codebook_size
         self.hidden_dims, self.latent_dim, self.beta = tuple(hidden_dims), latent_dim, beta
         self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, lr, weight_decay
@@ -121,7 +122,7 @@ class RQVAETokenizer:
     def fit(self, x: np.ndarray, seed: int = 0) -> "RQVAETokenizer":
         x_all = torch.from_numpy(as_points(x)).to(self.device)
         if len(x_all) < self.codebook_size:
-            raise ValueError(f"tokenizer.codebook_size={self.codebook_size} exceeds the {len(x_all)} items")
+            raise UserError(f"tokenizer.codebook_size={self.codebook_size} exceeds the {len(x_all)} items")
         torch.manual_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         self.model = model = RQVAE(x_all.shape[1], self.hidden_dims, self.latent_dim, self.num_levels,

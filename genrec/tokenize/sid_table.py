@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from safetensors.numpy import load_file, save_file
 
-from genrec.errors import DataError
+from genrec.errors import DataError, UserError
 
 FORMAT_VERSION = 1
 PARQUET_FILE, SAFETENSORS_FILE = "sid_table.parquet", "sid_table.safetensors"
@@ -78,25 +78,25 @@ class SIDTable:
         if self.semantic_levels is None:
             self.semantic_levels = self.num_levels
         if self.codes.ndim != 2 or self.codes.shape[1] != len(self.codebook_sizes) or len(self.codes) < 2:
-            raise ValueError(f"codes must be (num_items + 1, {len(self.codebook_sizes)}) with num_items >= 1, "
-                             f"got {self.codes.shape}")
+            raise UserError(f"codes must be (num_items + 1, {len(self.codebook_sizes)}) with num_items >= 1, "
+                            f"got {self.codes.shape}")
         if len(self.item_raw_ids) != len(self.codes):
-            raise ValueError(f"item_raw_ids has {len(self.item_raw_ids)} entries, codes {len(self.codes)} rows")
+            raise UserError(f"item_raw_ids has {len(self.item_raw_ids)} entries, codes {len(self.codes)} rows")
         real = self.codes[1:]
         sizes = np.asarray(self.codebook_sizes)
         if real.size and ((real < 0).any() or (real >= sizes).any()):
             level = int(np.nonzero(((real < 0) | (real >= sizes)).any(axis=0))[0][0])
-            raise ValueError(f"codes at level {level} fall outside 0..{sizes[level] - 1}")
+            raise UserError(f"codes at level {level} fall outside 0..{sizes[level] - 1}")
         if float(np.prod(sizes.astype(np.float64))) >= 2.0 ** 63:
-            raise ValueError(f"codebook sizes {self.codebook_sizes}: too many code tuples for int64 keys")
+            raise UserError(f"codebook sizes {self.codebook_sizes}: too many code tuples for int64 keys")
         self._radix = np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]]).astype(np.int64)
         keys = real @ self._radix
         self._order = np.argsort(keys, kind="stable")
         self._sorted_keys = keys[self._order]
         if len(keys) > 1 and (np.diff(self._sorted_keys) == 0).any():
             dup = self._order[1:][np.diff(self._sorted_keys) == 0]
-            raise ValueError(f"{len(dup)} items share a semantic ID with another item (e.g. dense IDs "
-                             f"{(dup[:5] + 1).tolist()}); resolve collisions before building the table")
+            raise UserError(f"{len(dup)} items share a semantic ID with another item (e.g. dense IDs "
+                            f"{(dup[:5] + 1).tolist()}); resolve collisions before building the table")
 
     @property
     def num_items(self) -> int:

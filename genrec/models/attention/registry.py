@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from genrec.errors import UserError
+
 AUTO = "auto"
 CONFIG_KEY = "model.encoder.attention"
 
@@ -74,8 +76,8 @@ def names(family: str) -> list[str]:
 def check_name(family: str, name: str) -> str:
     """Fail early (at model construction) on a name that does not exist for ``family``."""
     if name != AUTO and name not in _REGISTRY[family]:
-        raise ValueError(f"{CONFIG_KEY}={name!r} is not a {family} attention implementation; "
-                         f"choose one of {names(family)}")
+        raise UserError(f"{CONFIG_KEY}={name!r} is not a {family} attention implementation; "
+                        f"choose one of {names(family)}")
     return name
 
 
@@ -91,6 +93,6 @@ def resolve(family: str, name: str, like: torch.Tensor) -> AttentionImpl:
         raise ValueError(f"no {family} attention implementation can run on {like.device} {like.dtype}")
     impl = impls.get(check_name(family, name))
     if not impl.available(like):
-        raise ValueError(f"{CONFIG_KEY}={name!r} needs {impl.requirement or 'another environment'}; "
-                         f"got {like.device} {like.dtype} tensors (use {CONFIG_KEY}=auto)")
+        raise UserError(f"{CONFIG_KEY}={name!r} needs {impl.requirement or 'another environment'}; "
+                        f"got {like.device} {like.dtype} tensors (use {CONFIG_KEY}=auto)")
     return impl

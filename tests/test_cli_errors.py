@@ -1,0 +1,120 @@
+"""One error policy for every CLI: a user error prints ONE line naming the file or key and what was expected, exits
+with status 2, and happens before any expensive work (the data cache is never created) — and a CLI given a wrong
+folder creates nothing. Each case runs the real CLI in a subprocess."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests.conftest import TINY_RUN
+from tests.test_resume import LAUNCH_VARIABLES
+
+
+def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m <module> <args>`` run from ``cwd`` (genrec imported from this checkout)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=env)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, prog: str, *expected: str) -> str:
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(f"{prog}: error: ")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture
+def run_copy(tiny_run, tmp_path) -> Path:
+    """A copy of the session's trained tiny run."""
+    return Path(shutil.copytree(tiny_run[0], tmp_path / "run"))
+
+
+def test_bad_trainer_value_before_the_data_loads(tmp_path):
+    proc = _cli("genrec.train", *TINY_RUN, "trainer.max_epochs=abc", f"data.cache_dir={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "trainer.max_epochs: got 'abc', expected an integer")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_missing_and_truncated_resume_checkpoints(run_copy, tmp_path):
+    proc = _cli("genrec.train", f"resume_from={tmp_path / 'nothing'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", f"resume_from={tmp_path / 'nothing'}", "expected a run folder")
+    (run_copy / "checkpoints" / "last.ckpt").unlink()
+    proc = _cli("genrec.train", f"resume_from={run_copy}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", str(run_copy / "checkpoints" / "last.ckpt"), "not found")
+    best = run_copy / "checkpoints" / "best.ckpt"
+    best.write_bytes(best.read_bytes()[:5000])
+    proc = _cli("genrec.train", f"resume_from={best}", f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", str(best), "not a readable checkpoint (truncated")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_resumed_run_keeps_its_model(run_copy, tmp_path):
+    proc = _cli("genrec.train", f"resume_from={run_copy}", "model.dim=32", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "model.dim: a resumed run keeps its config.yaml")
+
+
+def test_training_refuses_a_folder_that_holds_a_run(run_copy, tmp_path):
+    """Nothing of the run changes (Hydra opens its job log, train.log, before genrec starts)."""
+    before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+    proc = _cli("genrec.train", *TINY_RUN, f"hydra.run.dir={run_copy}", f"data.cache_dir={tmp_path / 'cache'}",
+                cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", f"{run_copy} already holds a run", f"resume_from={run_copy}",
+                    "train into a new folder")
+    after = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != "train.log"}
+    assert after == before and not (tmp_path / "cache").exists()
+
+
+def test_an_existing_results_file_is_not_overwritten(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "mine.json").write_text("{}")
+    proc = _cli("genrec.train", *TINY_RUN, "results_name=mine", f"hydra.run.dir={tmp_path / 'run'}",
+                f"data.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "results_name=mine", "results/mine.json exists", "overwrite_results=true")
+    assert (tmp_path / "results" / "mine.json").read_text() == "{}" and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("module, prog", [("genrec.evaluate", "genrec-eval"), ("genrec.export", "genrec-export")])
+def test_a_wrong_run_dir_creates_nothing(module, prog, tmp_path):
+    typo = tmp_path / "runs" / "typo"
+    proc = _cli(module, f"run_dir={typo}", cwd=tmp_path)
+    _one_line_error(proc, prog, f"run_dir={typo}: does not exist")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_refuses_a_checkpoint_other_than_the_one_behind_the_metrics(run_copy, tmp_path):
+    best = run_copy / "checkpoints" / "best.ckpt"
+    checkpoint = torch.load(best, weights_only=True)
+    for weight in checkpoint["state_dict"].values():
+        weight.add_(0.01)  # another model in its place, e.g. from a second training into the folder
+    torch.save(checkpoint, best)
+    for module, prog in (("genrec.evaluate", "genrec-eval"), ("genrec.export", "genrec-export")):
+        proc = _cli(module, f"run_dir={run_copy}", cwd=tmp_path)
+        _one_line_error(proc, prog, str(best), "is not the checkpoint", "metrics.json")
+
+
+def test_a_run_folder_config_cannot_run_code(run_copy, tmp_path):
+    """A config.yaml naming os.makedirs as the data reader: refused before it is imported or called."""
+    cfg = OmegaConf.load(run_copy / "config.yaml")
+    target = tmp_path / "made_by_the_config"
+    cfg.data.reader = {"_target_": "os.makedirs", "name": str(target)}
+    (run_copy / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    for module, prog in (("genrec.evaluate", "genrec-eval"), ("genrec.export", "genrec-export")):
+        proc = _cli(module, f"run_dir={run_copy}", cwd=tmp_path)
+        _one_line_error(proc, prog, str(run_copy / "config.yaml"), "data.reader._target_", "'os.makedirs'",
+                        "not a trusted callable")
+    proc = _cli("genrec.train", f"resume_from={run_copy}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "'os.makedirs'", "not a trusted callable")
+    assert not target.exists()

@@ -1,0 +1,108 @@
+"""genrec as a package: a built wheel installed into a fresh virtualenv runs genrec-train from any directory (its
+configs ship inside it), and the layers import in one direction only (models import neither training, Lightning
+nor the kernels; no CLI imports another; the kernels do not import the models; tokenize imports neither training
+nor evaluation)."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_RUN
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI_MODULES = {"genrec.train": ROOT / "genrec/train.py", "genrec.evaluate": ROOT / "genrec/evaluate.py",
+               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a source file imports (at any depth of the file), as dotted names."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def _loaded_after_importing(package: str) -> list[str]:
+    """Modules in ``sys.modules`` after importing every module of ``package``, in a fresh interpreter."""
+    code = (f"import importlib, pkgutil, sys, {package} as p\n"
+            f"[importlib.import_module(m.name) for m in pkgutil.walk_packages(p.__path__, '{package}.')]\n"
+            "print('\\n'.join(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.split()
+
+
+def test_models_import_neither_training_lightning_nor_kernels():
+    loaded = _loaded_after_importing("genrec.models")
+    assert "genrec.models.sasrec" in loaded  # the walk did import the models
+    bad = [m for m in loaded if m.split(".")[0] in ("lightning", "pytorch_lightning", "genrec_kernels")
+           or m.startswith("genrec.training")]
+    assert bad == []
+
+
+def test_tokenize_imports_neither_training_nor_evaluation():
+    loaded = _loaded_after_importing("genrec.tokenize")
+    assert [m for m in loaded if m.startswith(("genrec.training", "genrec.evaluate", "genrec.train"))] == []
+
+
+def test_no_cli_imports_another_and_kernels_do_not_import_models():
+    for name, path in CLI_MODULES.items():
+        others = set(CLI_MODULES) - {name}
+        assert not {i for i in _imports(path) if i in others or i.rsplit(".", 1)[0] in others}, name
+    for path in (ROOT / "kernels" / "genrec_kernels").glob("*.py"):
+        assert not [i for i in _imports(path) if i.startswith("genrec.models")], path
+
+
+def test_no_checkpoint_is_read_as_code():
+    """Every torch.load in genrec reads with weights_only=True."""
+    for path in list((ROOT / "genrec").rglob("*.py")) + list((ROOT / "kernels").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                assert keywords.get("weights_only") == "True", f"{path}:{node.lineno}"
+
+
+@pytest.mark.timeout(900)
+def test_a_built_wheel_trains_from_any_directory(tmp_path):
+    source = tmp_path / "source"  # only what the package is built from (no .git, runs, caches)
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source)
+    for name in ("genrec", "kernels"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path / "wheels"), str(source)], check=True, timeout=600)
+    (wheel,) = (tmp_path / "wheels").glob("genrec-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # reuse this environment's torch stack (the fresh venv sees it after its own site-packages)
+    Path(site, "torch_stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True,
+                   timeout=300)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    located = subprocess.run([python, "-c", "import genrec, genrec.conf; print(genrec.__file__); "
+                                            "print(genrec.conf.CONF_DIR)"], capture_output=True, text=True,
+                             cwd=elsewhere, check=True).stdout.split()
+    assert all(p.startswith(site) for p in located)  # the wheel's genrec, not this checkout's
+    proc = subprocess.run([venv / "bin" / "genrec-train", *TINY_RUN, "hydra.run.dir=run"], capture_output=True,
+                          text=True, cwd=elsewhere, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Test metrics on synthetic" in proc.stdout
+    metrics = json.loads((elsewhere / "run" / "metrics.json").read_text())
+    assert metrics["commit"].startswith("genrec 0.1.0") and metrics["checkpoints"]["best"]["sha256"]
