@@ -35,7 +35,7 @@ def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="ml100k", help="data preset whose users' sequences make the batches")
     p.add_argument("--model", default="hstu", help="model preset")
-    p.add_argument("--loss", default="full", help="loss preset (conf/loss); the full softmax keeps the step about "
+    p.add_argument("--loss", default="full", help="loss preset (genrec/conf/loss); the full softmax keeps the step about "
                                                   "the encoder (model=hstu's per-position negatives are an "
                                                   "(N, 128, D) lookup that dominates a CPU step)")
     p.add_argument("--max-lens", type=int, nargs="+", default=[200, 1024])

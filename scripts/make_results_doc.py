@@ -38,7 +38,7 @@ NOTES: dict[str, list[str]] = {
         "HSTU does not reach the published margin over SASRec here: the two are within the test set's noise "
         "(943 users). What was tried: the published MovieLens setup (`model=hstu`), the full softmax instead of 128 "
         "sampled negatives (which learned more slowly and overfitted lower in a first trial, see "
-        "conf/experiment/ml100k_hstu.yaml), the same budget rules as SASRec, the published large configuration "
+        "genrec/conf/experiment/ml100k_hstu.yaml), the same budget rules as SASRec, the published large configuration "
         "(`hstu_large`: 8 blocks of 2 heads, 25-dimensional attention), and SASRec with HSTU's cosine / 0.05 loss "
         "(`sasrec_cosine`, to tell the loss from the encoder). What we think closes the gap: the published gains "
         "come from MovieLens-1M/20M (6k-138k users, sequences up to thousands of events), where HSTU's depth, long "

@@ -9,6 +9,6 @@ PY=${PYTHON:-.venv/bin/python}
 for seed in ${SEEDS:-0 1 2}; do
   # shellcheck disable=SC2086
   "$PY" -m genrec.train experiment=beauty_sasrec ${OVERRIDES:-} seed="$seed" trainer.enable_progress_bar=false \
-    results_name="beauty_sasrec_seed$seed"
+    results_name="beauty_sasrec_seed$seed" overwrite_results=true
 done
 "$PY" scripts/make_results_doc.py

@@ -20,10 +20,10 @@ fi
 for seed in ${SEEDS:-0}; do
   # shellcheck disable=SC2086  # the *_ARGS are lists of overrides
   "$PY" -m genrec.train experiment=beauty_tiger sid_table="$SID_TABLE" seed="$seed" threads="${THREADS:-1}" \
-    trainer.enable_progress_bar=false results_name="beauty_tiger_seed$seed" ${TIGER_ARGS:-}
+    trainer.enable_progress_bar=false results_name="beauty_tiger_seed$seed" overwrite_results=true ${TIGER_ARGS:-}
   # shellcheck disable=SC2086
   "$PY" -m genrec.train experiment=beauty_sid_gpt sid_table="$SID_TABLE" seed="$seed" threads="${THREADS:-1}" \
-    trainer.enable_progress_bar=false results_name="beauty_sid_gpt_seed$seed" ${SID_GPT_ARGS:-}
+    trainer.enable_progress_bar=false results_name="beauty_sid_gpt_seed$seed" overwrite_results=true ${SID_GPT_ARGS:-}
 done
 "$PY" scripts/bench_beam.py --sid-table "$SID_TABLE" --threads "${THREADS:-1}"
 "$PY" scripts/make_results_doc.py

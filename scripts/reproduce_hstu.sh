@@ -7,6 +7,8 @@
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
 # On a shared 2-core machine each run takes 0.5-3 h (see the train times in docs/results.md): run parts in parallel.
+# A part whose run folder exists is resumed (exactly: genrec-train resume_from=<folder>), so an interrupted call
+# continues where it stopped; results/ files are replaced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
@@ -23,9 +25,15 @@ PARTS=("$@")
 for part in "${PARTS[@]}"; do
   [ -n "${ARGS[$part]:-}" ] || { echo "unknown part $part; known: ${!ARGS[*]}" >&2; exit 2; }
   for seed in $SEEDS; do
-    # shellcheck disable=SC2086
-    "$PY" -m genrec.train ${ARGS[$part]} ${OVERRIDES:-} seed="$seed" results_name="${part}_seed${seed}" \
-      trainer.enable_progress_bar=false hydra.run.dir="runs/${part}_seed${seed}"
+    run="runs/${part}_seed${seed}"
+    report=(results_name="${part}_seed${seed}" overwrite_results=true trainer.enable_progress_bar=false)
+    if [ -f "$run/config.yaml" ]; then
+      # shellcheck disable=SC2086
+      "$PY" -m genrec.train resume_from="$run" ${OVERRIDES:-} "${report[@]}"
+    else
+      # shellcheck disable=SC2086
+      "$PY" -m genrec.train ${ARGS[$part]} ${OVERRIDES:-} seed="$seed" "${report[@]}" hydra.run.dir="$run"
+    fi
   done
 done
 "$PY" scripts/make_results_doc.py

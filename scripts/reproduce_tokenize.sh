@@ -14,7 +14,7 @@ for data in ${DATASETS:-beauty scientific}; do
     [ "$method" = rqvae ] && collisions=extra_level
     # Beauty: 7 items have an empty title; their ASINs stand in as text
     "$PY" -m genrec.tokenize data="$data" tokenizer="$method" collisions="$collisions" encoder.on_empty=raw_id \
-      threads="${THREADS:-1}" results_name="tokenize_${data}_${method}"
+      threads="${THREADS:-1}" results_name="tokenize_${data}_${method}" overwrite_results=true
   done
 done
 "$PY" scripts/make_results_doc.py

@@ -4,7 +4,7 @@ Writes ``<run_dir>/export/`` (or ``out_dir``):
 
 * ``item_ids.json`` — dense item ID -> raw item ID (entry 0 is the padding slot, ``null``).
 * ``item_vectors.npy`` — ``(num_items, D)`` float32 scoring-side item vectors (row ``r`` = dense ID ``r + 1``).
-* ``index_<name>.faiss`` — one faiss index per entry of ``indexes`` (conf/index/), labels = dense item IDs.
+* ``index_<name>.faiss`` — one faiss index per entry of ``indexes`` (genrec/conf/index/), labels = dense item IDs.
 * ``user_tower.pt2`` — the query encoder through ``torch.export`` (and ``user_tower.onnx`` when onnx and
   onnxscript are installed), checked against the in-framework encoder on every test user.
 * ``manifest.json`` — every artifact with checksum, dimensions, normalisation, ID map and versions

@@ -105,8 +105,3 @@ class BeamScorer:
         counts = (self.decoded, self.invalid)
         self.decoded = self.invalid = 0
         return counts
-
-    def pop_invalid_rate(self) -> float:
-        """Share of decoded tuples that were no item since the last call (0 with constrained decoding)."""
-        decoded, invalid = self.pop_counts()
-        return invalid / max(decoded, 1)
