@@ -55,7 +55,7 @@ def _epoch_scores(run_dir, epochs: int) -> list[float]:
 def test_best_epoch_survives_a_resume(tmp_path):
     """A run resumed in its own folder whose best epoch came before the resume reports that epoch (the resumed run's
     CSV log no longer holds it)."""
-    run_dir, overrides = tmp_path / "run", TINY + [f"data.cache_dir={tmp_path / 'cache'}", "optim.lr=0.2"]
+    run_dir, overrides = tmp_path / "run", TINY + [f"data.cache_dir={tmp_path / 'cache'}", "optim.lr=0.3"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         first = train_entry.run(compose("train", overrides=overrides), run_dir)
         scores = _epoch_scores(run_dir, 2)
@@ -63,7 +63,7 @@ def test_best_epoch_survives_a_resume(tmp_path):
             "trainer.max_epochs=3", f"resume_from={run_dir / 'checkpoints' / 'last.ckpt'}"]), run_dir)
     scores += _epoch_scores(run_dir, 3)[-1:]
     assert first["best_epoch"] == scores.index(max(scores[:2]))
-    assert scores[2] < max(scores[:2]), "this setting should make the epoch after the resume worse (lr 0.2)"
+    assert scores[2] < max(scores[:2]), "this setting should make the epoch after the resume worse (lr 0.3)"
     assert resumed["epochs_run"] == 3 and resumed["best_epoch"] == first["best_epoch"]
     assert resumed["metrics"]["valid"]["ndcg@10"] == pytest.approx(max(scores), abs=1e-6)
 
