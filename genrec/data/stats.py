@@ -40,6 +40,7 @@ from genrec.data.schema import ITEM, USER, InteractionLog, SequenceData
 
 
 def length_stats(data: SequenceData) -> dict:
+    """Mean, median, 90th percentile and maximum of the sequence lengths."""
     lengths = data.lengths
     return {"mean": float(lengths.mean()), "median": float(np.median(lengths)),
             "p90": float(np.percentile(lengths, 90)), "max": int(lengths.max())}
@@ -53,12 +54,16 @@ def gini(counts: np.ndarray) -> float:
 
 
 def popularity_stats(data: SequenceData) -> dict:
+    """Gini, top 1% / 10% shares and fitted Zipf exponent of the item counts (see the module doc)."""
     counts = np.bincount(data.item_ids, minlength=data.num_items + 1)[1:]
     ranked = np.sort(counts)[::-1].astype(np.float64)
     seen = ranked[ranked > 0]
     slope = np.polyfit(np.log(np.arange(1, len(seen) + 1)), np.log(seen), 1)[0]
-    top = lambda share: float(ranked[:math.ceil(len(ranked) * share)].sum() / ranked.sum())  # noqa: E731
-    return {"gini": gini(counts), "top_1pct_share": top(0.01), "top_10pct_share": top(0.10),
+
+    def top_share(share: float) -> float:
+        return float(ranked[:math.ceil(len(ranked) * share)].sum() / ranked.sum())
+
+    return {"gini": gini(counts), "top_1pct_share": top_share(0.01), "top_10pct_share": top_share(0.10),
             "zipf_exponent": float(-slope)}
 
 
@@ -91,11 +96,13 @@ def _successor_table(data: SequenceData, lag: int) -> tuple[float, float, int]:
 
 
 def transition_stats(data: SequenceData, lags: tuple[int, ...] = (1, 2, 3, 5, 8)) -> dict:
-    entropy, top, pairs = _successor_table(data, 1)
-    by_lag = {lag: _successor_table(data, lag)[1] for lag in lags}
+    """Entropy of the next item, alone and given the previous one, and the leave-one-out top-successor share of
+    consecutive pairs and of the pairs ``lags`` apart (see the module doc)."""
+    tables = {lag: _successor_table(data, lag) for lag in sorted({1, *lags})}
+    entropy, top, pairs = tables[1]
     return {"pairs": pairs, "next_entropy_bits": _entropy_bits(np.bincount(_pairs(data)[1]).astype(np.float64)),
             "transition_entropy_bits": entropy, "top_successor_share": top,
-            "top_successor_share_by_lag": {str(lag): by_lag[lag] for lag in lags}}
+            "top_successor_share_by_lag": {str(lag): tables[lag][1] for lag in lags}}
 
 
 def _top_successor_hits(row: np.ndarray) -> float:
@@ -133,8 +140,8 @@ def item_clusters(data: SequenceData, users: np.ndarray, clusters: int, dim: int
     matrix = sp.csr_matrix((np.repeat(1.0 / np.sqrt(lengths), lengths), (rows, cols)),
                            shape=(len(users), data.num_items + 1))
     seen = np.flatnonzero(np.asarray((matrix > 0).sum(axis=0)).ravel())
-    k = min(dim, min(matrix.shape) - 1)
-    _, singular, vt = svds(matrix[:, seen], k=k, random_state=seed)
+    matrix = matrix[:, seen]
+    _, singular, vt = svds(matrix, k=min(dim, min(matrix.shape) - 1), random_state=seed)
     vectors = (vt.T * singular).astype(np.float32)
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     km = faiss.Kmeans(vectors.shape[1], clusters, niter=25, seed=seed, verbose=False, min_points_per_centroid=1,
@@ -152,6 +159,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def taste_persistence(data: SequenceData, clusters: int = 20, seed: int = 0) -> dict:
+    """Mean cosine similarity of the item-cluster mix of the two halves of a user's sequence, against the same for
+    two users (see the module doc)."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(data.num_users)
     fit, measure = order[:data.num_users // 2], order[data.num_users // 2:]
@@ -165,6 +174,8 @@ def taste_persistence(data: SequenceData, clusters: int = 20, seed: int = 0) -> 
         half = len(codes) // 2
         first.append(np.bincount(codes[:half], minlength=clusters))
         second.append(np.bincount(codes[half:], minlength=clusters))
+    if len(first) < 2:
+        raise ValueError(f"taste persistence needs 2 or more users with 4 or more clustered items, got {len(first)}")
     first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
     own = float(_cosine(first, second).mean())
     other = (np.arange(len(second)) + rng.integers(1, len(second))) % len(second)  # never the user itself
