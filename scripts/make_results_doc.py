@@ -1,7 +1,7 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
-training runs (genrec-train results_name=...; generative models over semantic IDs included), export checks
-(scripts/check_export.py), benchmarks (scripts/bench_hstu.py, scripts/bench_kernels.py, scripts/bench_beam.py) and
-tokenizer runs (genrec-tokenize).
+dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
+semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
+scripts/bench_kernels.py, scripts/bench_beam.py) and tokenizer runs (genrec-tokenize).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -67,12 +67,15 @@ NOTES: dict[str, list[str]] = {
         "preset's.",
         ""],
     "synthetic": [
-        "On the synthetic default the item-to-item transition baseline is strong by construction: the next item is "
-        "usually a successor of the current one (genrec/data/synthetic.py), so a first-order transition table "
-        "already narrows it down to a few candidates, and only the user's cluster preferences (which SASRec can "
-        "read from the history) pick among them. SASRec ties the transition table on NDCG@10 and trails it "
-        "slightly on recall@10 after 20 epochs, with its best validation epoch near the end (still improving); it "
-        "beats popularity by about 3x. Not yet tried at full length: more epochs, a larger learning rate or model.",
+        "The synthetic default was calibrated against the real datasets' statistics (the \"Data statistics\" "
+        "section), not against these scores; the order of the models and baselines is what came out, and it is the "
+        "order seen on Beauty and ML-100K: SASRec, then the transition table voted by the last three items, then "
+        "the first-order table, with popularity far below. By construction (genrec/data/synthetic.py): half of the "
+        "next items are related items of one of the last three items, which a first-order table sees only when they "
+        "follow the last one; the other half are popular items of the session's cluster (one of the user's "
+        "drifting tastes, which only a longer history reveals, or any cluster); and similar items have similar "
+        "related items, which an embedding model shares across the sparse counts (about 20 interactions per item, "
+        "as in the Amazon sets).",
         ""],
 }
 COLUMNS = ["recall@5", "ndcg@5", "recall@10", "ndcg@10", "mrr"]
@@ -496,11 +499,100 @@ def bench_beam_tables(files: list[dict]) -> list[str]:
     return out
 
 
+#: Rows of the data-statistics table: label, how to read it from a dataset's entry, format.
+DATA_STAT_ROWS = [
+    ("users", lambda d: d["users"], ","),
+    ("items", lambda d: d["items"], ","),
+    ("interactions", lambda d: d["interactions"], ","),
+    ("interactions per item", lambda d: d["interactions"] / d["items"], ".1f"),
+    ("length: mean", lambda d: d["length"]["mean"], ".1f"),
+    ("length: median", lambda d: d["length"]["median"], ".0f"),
+    ("length: p90", lambda d: d["length"]["p90"], ".0f"),
+    ("length: max", lambda d: d["length"]["max"], ","),
+    ("popularity: Gini of item counts", lambda d: d["popularity"]["gini"], ".3f"),
+    ("popularity: share of the top 1% items", lambda d: d["popularity"]["top_1pct_share"], ".3f"),
+    ("popularity: share of the top 10% items", lambda d: d["popularity"]["top_10pct_share"], ".3f"),
+    ("popularity: fitted Zipf exponent", lambda d: d["popularity"]["zipf_exponent"], ".2f"),
+    ("H(next item), bits", lambda d: d["transitions"]["next_entropy_bits"], ".2f"),
+    ("H(next item given the previous one), bits", lambda d: d["transitions"]["transition_entropy_bits"], ".2f"),
+] + [
+    (f"top-successor share, {lag} step{'s' if lag != '1' else ''} back",
+     lambda d, lag=lag: d["transitions"]["top_successor_share_by_lag"][lag], ".4f") for lag in ("1", "2", "3", "5", "8")
+] + [
+    ("repeat rate (before de-duplication)", lambda d: d["repeat_rate"], ".3f"),
+    ("taste persistence (cosine, first vs second half)", lambda d: d["taste"]["taste_persistence"], ".3f"),
+    ("taste chance (another user's second half)", lambda d: d["taste"]["taste_chance"], ".3f"),
+    ("taste lift", lambda d: d["taste"]["taste_lift"], ".3f"),
+]
+
+
+#: Prose under the data-statistics table.
+DATA_STATS_NOTES = [
+    "The synthetic generator's related items come from the user's last three items only, so beyond three steps "
+    "back only the session's cluster and the user's tastes link a single item to the next one, more weakly than in "
+    "the real logs (whose items 5 and 8 steps back still predict the next one a fifth to a half as well as the last "
+    "one does on MovieLens and Beauty). Longer related-item windows tried while calibrating raised those two rows "
+    "only a little and pushed the taste lift above the real range; this is left as it is.",
+    ""]
+
+
+def _is_synthetic(entry: dict) -> bool:
+    return entry["config"]["reader"]["_target_"].endswith("generate_synthetic")
+
+
+def data_stats_tables(files: list[dict]) -> list[str]:
+    """The datasets side by side (scripts/data_stats.py): one column per dataset, the range of the real ones, and
+    whether each synthetic dataset falls inside it."""
+    out = []
+    for r in files:
+        if r.get("kind") != "data_stats":
+            continue
+        datasets = r["datasets"]
+        real = [n for n, d in datasets.items() if not _is_synthetic(d)]
+        synthetic = [n for n, d in datasets.items() if _is_synthetic(d)]
+        out += ["## Data statistics", "",
+                f"`results/{r['name']}.json` (`scripts/data_stats.py`, commit `{r['commit'][:12]}`): every dataset "
+                "read and preprocessed exactly as `genrec-train data=<name>` does; definitions in "
+                f"`genrec/data/stats.py`. Item clusters for the taste rows: {r['clusters']} k-means clusters of item "
+                "co-occurrence vectors fit on half of the users, measured on the other half (no item content used). "
+                "H(next | previous) is a "
+                "plug-in estimate that falls with fewer pairs per item (compare it between datasets of similar "
+                "density); the top-successor shares are leave-one-out (what a first-order table gets right at rank 1, "
+                "and the same from the item 2, 3, 5, 8 steps back)."
+                + (f" Skipped (files absent): {', '.join(r['skipped'])}." if r.get("skipped") else ""), "",
+                "| statistic | " + " | ".join(datasets) + " | range of the real datasets |"
+                + "".join(f" {n} in range |" for n in synthetic),
+                "|---|" + "---|" * (len(datasets) + 1 + len(synthetic))]
+        outside = defaultdict(list)
+        for label, get, fmt in DATA_STAT_ROWS:
+            values = {n: get(d) for n, d in datasets.items()}
+            low, high = (min(values[n] for n in real), max(values[n] for n in real)) if real else (None, None)
+            cells = [format(values[n], fmt) for n in datasets]
+            span = f"{format(low, fmt)} – {format(high, fmt)}" if real else "–"
+            checks = []
+            for n in synthetic:
+                if low is None or label in ("users", "items", "interactions"):
+                    checks.append("–")
+                elif low <= values[n] <= high:
+                    checks.append("yes")
+                else:
+                    checks.append("**no**")
+                    outside[n].append(label)
+            out.append(f"| {label} | " + " | ".join(cells) + f" | {span} |" + "".join(f" {c} |" for c in checks))
+        out.append("")
+        for n in synthetic if real else []:
+            out.append(f"`{n}` lies outside the range of the real datasets on: {'; '.join(outside[n])}."
+                       if outside[n] else f"Every statistic of `{n}` lies within the range of the real datasets.")
+        out += ["", *DATA_STATS_NOTES]
+    return out
+
+
 def main() -> None:
     files = [json.loads(p.read_text()) | {"name": p.stem} for p in sorted(RESULTS.glob("*.json"))]
     lines = ["# Results", "", "Generated by `scripts/make_results_doc.py` from `results/*.json`; do not edit by hand.",
              "Every row links the file(s) it comes from; each file records the dataset, config, seed and commit.",
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
+    lines += data_stats_tables(files)
     lines += training_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from genrec.errors import DataError
-from genrec.data.io import add_missing_items, iter_lines, normalize_ids, read_text, require_file
+from genrec.data.io import (INT64_MAX, add_missing_items, iter_lines, negative_seconds, normalize_ids, not_float32,
+                            not_int64, read_text, require_file)
 from genrec.data.schema import ITEM, RATING, TEXT_FIELDS, TIMESTAMP, USER, InteractionLog
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ def _load_json_object(path: Path, expected: str) -> dict:
     except json.JSONDecodeError as e:
         raise DataError(path, f"malformed JSON ({e.msg}, column {e.colno}); expected one JSON object {expected}",
                         line=e.lineno) from None
+    except RecursionError:
+        raise DataError(path, f"JSON nested too deeply to read; expected one JSON object {expected}") from None
     if not isinstance(value, dict):
         raise DataError(path, f"expected one JSON object {expected}, found a {type(value).__name__}")
     return value
@@ -184,8 +187,8 @@ def read_amazon_reviews(reviews_path: str, meta_path: str | None = None, name: s
     for number, record in _records(reviews_path):
         users.append(_field(reviews_path, number, record, "reviewerID", str))
         items.append(_field(reviews_path, number, record, "asin", str))
-        times.append(_field(reviews_path, number, record, "unixReviewTime", int))
-        ratings.append(_field(reviews_path, number, record, "overall", (int, float)))
+        times.append(_seconds(reviews_path, number, record, "unixReviewTime"))
+        ratings.append(_rating(reviews_path, number, record, "overall"))
     if not users:
         raise DataError(reviews_path, "the file is empty; expected one review record per line")
     events = pd.DataFrame({
@@ -228,7 +231,7 @@ def _records(path: Path):
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             try:
                 record = ast.literal_eval(line)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -237,6 +240,25 @@ def _records(path: Path):
         if not isinstance(record, dict):
             raise DataError(path, f"expected one object per line, found a {type(record).__name__}", line=number)
         yield number, record
+
+
+def _seconds(path: Path, number: int, record: dict, key: str) -> int:
+    """``record[key]`` as int64 unix seconds from 1970 on."""
+    value = _field(path, number, record, key, int)
+    if value > INT64_MAX:
+        raise DataError(path, not_int64(key, value), line=number, key=key)
+    if value < 0:
+        raise DataError(path, negative_seconds(key, value), line=number, key=key)
+    return value
+
+
+def _rating(path: Path, number: int, record: dict, key: str) -> float:
+    """``record[key]`` as a finite number that fits float32 (JSON's ``NaN``, ``Infinity`` and ``1e400`` do not)."""
+    value = _field(path, number, record, key, (int, float))
+    problem = not_float32(key, value)
+    if problem:
+        raise DataError(path, problem, line=number, key=key)
+    return value
 
 
 def _field(path: Path, number: int, record: dict, key: str, kind):

@@ -8,9 +8,10 @@ timestamp="ts")``::
     u1,17,1682946000
 
 Timestamps are integer unix seconds or ISO 8601 datetimes (converted to unix seconds, naive ones read as UTC,
-fractions of a second dropped); Parquet ``timestamp`` columns work too. User and item IDs become int64 when every
-value is a canonical integer (no leading zeros), else ``str``; the item IDs of the optional item-content file
-follow the same rule together with the events, so the two join.
+fractions of a second dropped), from 1970 on; Parquet ``timestamp`` columns and whole-number float columns work
+too. User and item IDs become int64 when every value is a canonical integer (no leading zeros) that fits int64,
+else ``str``; the item IDs of the optional item-content file follow the same rule together with the events, so the
+two join.
 """
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from genrec.errors import DataError
-from genrec.data.io import (add_missing_items, first_line, iter_lines, normalize_ids, pandas_compression,
+from genrec.data.io import (FLOAT32_MAX, INT64_MAX, INT64_MIN, add_missing_items, first_line, iter_lines,
+                            negative_seconds, normalize_ids, not_float32, not_int64, pandas_compression,
                             require_file)
 from genrec.data.schema import ITEM, RATING, TEXT_FIELDS, TIMESTAMP, USER, InteractionLog
 
 _FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
-_INTEGER = r"[+-]?\d{1,18}"
+_INTEGER = r"[+-]?\d+"
 _EPOCH = pd.Timestamp(0, tz="UTC")
 
 
@@ -109,6 +111,10 @@ class _Table:
         if not header_line.strip():
             raise DataError(self.path, "the file is empty; expected a header line naming the columns", line=1)
         self.header = next(csv.reader([header_line], delimiter=self.delimiter))
+        repeated = sorted({c for c in self.header if self.header.count(c) > 1})
+        if repeated:
+            raise DataError(self.path, f"the header names column(s) {repeated} more than once; expected distinct "
+                                       "column names", line=1, key=repeated[0])
         _require_columns(self.path, required, self.header, self.delimiter)
         try:  # no usecols: it would silently ignore extra fields
             frame = pd.read_csv(self.path, sep=self.delimiter, dtype={c: "str" for c in as_text},
@@ -168,9 +174,10 @@ def _require_columns(path: Path, wanted: list[str], present: list[str], delimite
 
 
 def _seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
-    """Integer seconds, ISO 8601 datetimes (each value either) or a datetime column, as int64 unix seconds."""
-    if pd.api.types.is_integer_dtype(values):
-        return values.to_numpy(np.int64)
+    """Integer seconds, ISO 8601 datetimes (each value either), a datetime column or a whole-number float column,
+    as int64 unix seconds from 1970 on."""
+    if pd.api.types.is_integer_dtype(values) or pd.api.types.is_float_dtype(values):
+        return _numeric_seconds(table, values, column)
     if pd.api.types.is_datetime64_any_dtype(values):
         parsed = values.dt.tz_localize("UTC") if values.dt.tz is None else values
         integers = pd.Series(False, index=values.index)
@@ -182,20 +189,61 @@ def _seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
     if bad.any():
         row = int(bad.argmax())
         raise table.error(row, f"expected integer unix seconds or an ISO 8601 datetime in {column!r}, "
-                               f"found {values.iloc[row]!r}")
+                               f"found {_shown(values.iloc[row])}")
     seconds = ((parsed - _EPOCH) // pd.Timedelta(seconds=1)).fillna(0).to_numpy(np.int64)
     if integers.any():
+        long = (integers & (text.str.lstrip("+-").str.lstrip("0").str.len() > 18)).to_numpy()
+        for row in np.flatnonzero(long):  # 19 digits or more: may not fit int64
+            if not INT64_MIN <= int(text.iloc[row]) <= INT64_MAX:
+                raise table.error(int(row), not_int64("timestamp", text.iloc[row]) + f" (column {column!r})")
         seconds[integers.to_numpy()] = text[integers].astype(np.int64).to_numpy()
+    negative = seconds < 0
+    if negative.any():
+        row = int(negative.argmax())
+        value = values.iloc[row]
+        if integers.iloc[row]:
+            raise table.error(row, negative_seconds("timestamp", value) + f" (column {column!r})")
+        raise table.error(row, f"timestamp {_shown(value)} is before 1970: expected a time from 1970 on "
+                               f"(column {column!r})")
     return seconds
+
+
+def _numeric_seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
+    """A numeric (Parquet) timestamp column: whole numbers from 0 to the int64 maximum."""
+    numbers = values.to_numpy()
+    if pd.api.types.is_float_dtype(values):
+        bad = ~np.isfinite(numbers) | (numbers != np.round(numbers))
+        if bad.any():
+            row = int(bad.argmax())
+            raise table.error(row, f"expected integer unix seconds in {column!r}, found {_shown(values.iloc[row])}")
+    too_large = numbers >= 2.0 ** 63 if pd.api.types.is_float_dtype(values) else numbers > INT64_MAX
+    if too_large.any():
+        row = int(too_large.argmax())
+        raise table.error(row, not_int64("timestamp", _shown(values.iloc[row])) + f" (column {column!r})")
+    negative = numbers < 0
+    if negative.any():
+        row = int(negative.argmax())
+        raise table.error(row, negative_seconds("timestamp", _shown(values.iloc[row])) + f" (column {column!r})")
+    return numbers.astype(np.int64)
 
 
 def _ratings(table: _Table, values: pd.Series, column: str) -> np.ndarray:
     numbers = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
-    bad = ~np.isfinite(numbers)
+    bad = ~(np.abs(numbers) <= FLOAT32_MAX)  # NaN too
     if bad.any():
         row = int(bad.argmax())
-        raise table.error(row, f"expected a number in {column!r}, found {values.iloc[row]!r}")
+        if np.isnan(numbers[row]):
+            raise table.error(row, f"expected a number in {column!r}, found {_shown(values.iloc[row])}")
+        raise table.error(row, not_float32("rating", values.iloc[row]) + f" (column {column!r})")
     return numbers.astype(np.float32)
+
+
+def _shown(value) -> str:
+    """``value`` for a message: ``'yesterday'``, ``5.5``, ``nan``, ``'1960-01-01 00:00:00'`` (NumPy scalars as
+    plain Python values, datetimes as text)."""
+    if isinstance(value, pd.Timestamp):
+        return repr(str(value))
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def _items(content: _Table, key: str, key_ids: pd.Series, event_items: pd.Series, name: str) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import csv
 import gzip
 import io
 import logging
+import math
 import re
 import zlib
 from pathlib import Path
@@ -27,9 +28,13 @@ _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 #: Canonical decimal integers that fit int64 (no leading zeros, so IDs like "0123" stay strings).
 _CANONICAL_INT = r"0|-?[1-9]\d{0,17}"
-_KINDS = {"int": (_INT, "int64", "an integer"), "float": (_FLOAT, "float32", "a number")}
+INT64_MIN, INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: Column kinds of :func:`read_numeric_table` -> the dtype pandas reads them as. ``seconds``: a non-negative int64.
+_KINDS = {"int": "int64", "seconds": "int64", "float": "float64"}
 _DELIMITER_NAMES = {",": "comma", "\t": "tab", "::": "'::'", "|": "'|'", ";": "semicolon", " ": "space"}
-_READ_ERRORS = (ValueError, OSError, EOFError, zlib.error)  # pandas parse errors, bad gzip, decoding errors
+#: What a failed read of a table raises: pandas parse errors, int64 overflow, bad gzip, undecodable text.
+_READ_ERRORS = (ValueError, OverflowError, OSError, EOFError, zlib.error)
 
 
 def require_file(path: str | Path) -> Path:
@@ -117,18 +122,64 @@ def split_fields(path: Path, number: int, line: str, delimiter: str, names: list
     return fields
 
 
+def not_int64(what: str, value) -> str:
+    """The message for an integer too large for int64, e.g. ``user 99999999999999999999 does not fit ...``."""
+    return f"{what} {value} does not fit in a 64-bit integer ({INT64_MIN} to {INT64_MAX})"
+
+
+def negative_seconds(what: str, value) -> str:
+    """The message for a timestamp before 1970, e.g. ``timestamp -5 is negative: expected seconds since 1970``."""
+    return f"{what} {value} is negative: expected seconds since 1970"
+
+
+def not_float32(what: str, value: str | float) -> str | None:
+    """The message for a number that is not finite or too large for float32; ``None`` when ``value`` is fine."""
+    if math.isfinite(float(value)) and abs(float(value)) <= FLOAT32_MAX:
+        return None
+    return f"{what} {value} is not a finite number that fits in a 32-bit float (at most {FLOAT32_MAX:.4g})"
+
+
 def parse_int(path: Path, number: int, value: str, what: str) -> int:
+    """``value`` as an int64 integer, else :class:`DataError` naming line ``number``."""
     if not _INT.fullmatch(value):
         raise DataError(path, f"expected an integer {what}, found {value!r}", line=number)
+    if not INT64_MIN <= int(value) <= INT64_MAX:
+        raise DataError(path, not_int64(what, value), line=number)
     return int(value)
+
+
+def _integer(text: str) -> int | None:
+    """``text`` as an integer the way pandas' int64 parser reads it (``7``, ``+7``, and whole numbers written as
+    floats: ``7.0``, ``7e3``), else ``None``."""
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text) and math.isfinite(float(text)) and float(text).is_integer():
+        return int(float(text))
+    return None
+
+
+def _field_problem(column: str, kind: str, value: str) -> str | None:
+    """Why ``value`` is not a valid field of ``kind`` (see :data:`_KINDS`), or ``None``."""
+    text = value.strip()
+    if kind == "float":
+        return not_float32(column, text) if _FLOAT.fullmatch(text) else \
+            f"expected a number for {column!r}, found {value!r}"
+    number = _integer(text)
+    if number is None:
+        return f"expected an integer for {column!r}, found {value!r}"
+    if not INT64_MIN <= number <= INT64_MAX:
+        return not_int64(column, text)
+    if kind == "seconds" and number < 0:
+        return negative_seconds(column, text)
+    return None
 
 
 def _check_line(path: Path, number: int, line: str, delimiter: str, columns: dict[str, str]) -> None:
     fields = split_fields(path, number, line, delimiter, list(columns))
     for (column, kind), value in zip(columns.items(), fields):
-        pattern, _, expected = _KINDS[kind]
-        if not pattern.fullmatch(value):
-            raise DataError(path, f"expected {expected} for {column!r}, found {value!r}", line=number)
+        problem = _field_problem(column, kind, value)
+        if problem:
+            raise DataError(path, problem, line=number)
 
 
 def _bad_line_error(path: Path, delimiter: str, columns: dict[str, str], skip_header: bool, encoding: str,
@@ -146,12 +197,14 @@ def read_numeric_table(path: str | Path, delimiter: str, columns: dict[str, str]
     """Read a delimited file of numeric columns, vectorised (pandas' C parser).
 
     Args:
-        columns: column name -> ``"int"`` (int64) or ``"float"`` (float32, finite), in file order.
+        columns: column name -> ``"int"`` (int64), ``"seconds"`` (int64 unix seconds, not negative) or
+            ``"float"`` (float32, finite), in file order.
         delimiter: one character, or ``"::"`` (MovieLens 1M/10M).
         skip_header: the first line is a header (checked by the caller) and is skipped.
 
     Blank lines are skipped. Any other line that does not have exactly ``len(columns)`` fields of the right kind
-    raises :class:`DataError` naming it.
+    raises :class:`DataError` naming it. Whole numbers written as floats (``7.0``) are read as integers, as pandas
+    does.
     """
     path = require_file(path)
     source, sep = path, delimiter
@@ -163,7 +216,7 @@ def read_numeric_table(path: str | Path, delimiter: str, columns: dict[str, str]
         source, sep, options = io.StringIO(text.replace(delimiter, "\t")), "\t", {}
     try:
         frame = pd.read_csv(source, sep=sep, header=None, names=list(columns), skiprows=int(skip_header),
-                            dtype={c: _KINDS[k][1] for c, k in columns.items()}, quoting=csv.QUOTE_NONE,
+                            dtype={c: _KINDS[k] for c, k in columns.items()}, quoting=csv.QUOTE_NONE,
                             index_col=False, na_filter=False, **options)
     except pd.errors.EmptyDataError:
         frame = pd.DataFrame()
@@ -172,9 +225,12 @@ def read_numeric_table(path: str | Path, delimiter: str, columns: dict[str, str]
     if frame.empty:
         raise DataError(path, "the file has no data lines" + (" after its header" if skip_header else " (empty)"))
     floats = [c for c, k in columns.items() if k == "float"]
-    if floats and not np.isfinite(frame[floats].to_numpy()).all():
-        raise _bad_line_error(path, delimiter, columns, skip_header, encoding, "non-finite number")
-    return frame
+    if floats and not (np.abs(frame[floats].to_numpy()) <= FLOAT32_MAX).all():  # False for NaN too
+        raise _bad_line_error(path, delimiter, columns, skip_header, encoding, "a number outside float32")
+    seconds = [c for c, k in columns.items() if k == "seconds"]
+    if seconds and (frame[seconds].to_numpy() < 0).any():
+        raise _bad_line_error(path, delimiter, columns, skip_header, encoding, "a negative timestamp")
+    return frame.astype({c: np.float32 for c in floats})
 
 
 def normalize_ids(*columns: pd.Series | list) -> list[pd.Series]:
@@ -189,13 +245,17 @@ def normalize_ids(*columns: pd.Series | list) -> list[pd.Series]:
 
 
 def _is_integral(values: pd.Series) -> bool:
-    """Integer dtype, or a float dtype whose values are all whole numbers (Parquet IDs written as floats)."""
-    if pd.api.types.is_integer_dtype(values):
-        return True
-    if not pd.api.types.is_float_dtype(values):
+    """Integer dtype, or a float dtype whose values are all whole numbers (Parquet IDs written as floats), and
+    every value fits int64 (a uint64 or float ID beyond it stays a string rather than wrapping around)."""
+    if not (pd.api.types.is_integer_dtype(values) or pd.api.types.is_float_dtype(values)):
         return False
     numbers = values.to_numpy()
-    return bool(np.isfinite(numbers).all() and (numbers == np.round(numbers)).all())
+    if pd.api.types.is_unsigned_integer_dtype(values):
+        return bool((numbers <= INT64_MAX).all())
+    if pd.api.types.is_integer_dtype(values):
+        return True
+    return bool(np.isfinite(numbers).all() and (numbers == np.round(numbers)).all()
+                and (np.abs(numbers) < 2.0 ** 63).all())
 
 
 def add_missing_items(items: pd.DataFrame, event_items: pd.Series, fill: dict, name: str) -> pd.DataFrame:

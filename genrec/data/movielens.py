@@ -38,7 +38,7 @@ GENRES_100K = ("unknown", "Action", "Adventure", "Animation", "Children's", "Com
                "War", "Western")
 NO_GENRES = "(no genres listed)"
 URL_1M = "https://grouplens.org/datasets/movielens/1m/"
-_RATING_COLUMNS = {USER: "int", ITEM: "int", RATING: "float", TIMESTAMP: "int"}
+_RATING_COLUMNS = {USER: "int", ITEM: "int", RATING: "float", TIMESTAMP: "seconds"}
 _CSV_RATINGS_HEADER = ["userId", "movieId", "rating", "timestamp"]
 _CSV_MOVIES_HEADER = ["movieId", "title", "genres"]
 

@@ -1,10 +1,8 @@
 """Leave-one-out splits leak nothing; truncation keeps the most recent items; batches are jagged and exact."""
 import numpy as np
-import pandas as pd
 import torch
 
 from genrec.data.batch import EvalSequences, TrainSequences, collate
-from genrec.data.synthetic import generate_synthetic
 
 
 
@@ -49,30 +47,3 @@ def test_collate_is_jagged(data):
     assert batch.target_ids.shape == (3,) and batch.seen_offsets[-1] == len(batch.seen_ids)
     kjt = batch.to_kjt()
     assert torch.equal(kjt["item"].values(), batch.item_ids) and torch.equal(kjt["item"].offsets(), batch.offsets)
-
-
-def test_synthetic_is_deterministic_and_seed_sensitive():
-    a = generate_synthetic(num_users=200, num_items=100, num_clusters=5, seed=7)
-    b = generate_synthetic(num_users=200, num_items=100, num_clusters=5, seed=7)
-    c = generate_synthetic(num_users=200, num_items=100, num_clusters=5, seed=8)
-    assert a.events.equals(b.events) and a.items.equals(b.items)
-    assert not a.events.equals(c.events)
-
-
-def test_synthetic_structure():
-    log = generate_synthetic(num_users=2000, num_items=500, num_clusters=20, num_successors=4, seed=0)
-    ev = log.events
-    counts = ev["item"].value_counts()
-    assert counts.iloc[0] > 10 * counts.median()                       # power-law popularity
-    assert (ev.groupby("user")["timestamp"].diff().dropna() > 0).all()  # time moves forward
-    # the cluster graph: from each cluster, its 5 most frequent next clusters take far more than the 5/20 of
-    # transitions they would take by chance (measured: 0.68 on average)
-    cluster = log.items["latent_cluster"].to_numpy()
-    prev, nxt = ev["item"].to_numpy()[:-1], ev["item"].to_numpy()[1:]
-    same_user = ev["user"].to_numpy()[:-1] == ev["user"].to_numpy()[1:]
-    table = pd.crosstab(cluster[prev][same_user], cluster[nxt][same_user]).to_numpy()
-    top5 = np.sort(table, axis=1)[:, ::-1][:, :5].sum(axis=1) / table.sum(axis=1)
-    assert top5.mean() > 0.5
-    # titles carry the cluster: items of one cluster share their category and title vocabulary
-    per_cluster = log.items.groupby("latent_cluster")["categories"].nunique()
-    assert (per_cluster == 1).all()
