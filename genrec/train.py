@@ -147,12 +147,12 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                                     "created": origin["created"]}) + "\n")
     if cfg.get("threads"):
         torch.set_num_threads(cfg.threads)
-    L.seed_everything(cfg.seed, workers=True)
-    trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
-    datamodule.setup()
+    datamodule.setup()  # a bad data file stops here, before the Trainer prints anything
     data = datamodule.data
-    log.info("data: %s", data.summary())
+    log.info("data: %s (seed %d)", data.summary(), cfg.seed)
+    trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
     task = build_task(cfg, data.num_items, data.item_raw_ids)
 
     started = time.time()

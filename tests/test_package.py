@@ -33,9 +33,11 @@ def _imports(path: Path) -> set[str]:
 
 
 def _loaded_after_importing(package: str) -> list[str]:
-    """Modules in ``sys.modules`` after importing every module of ``package``, in a fresh interpreter."""
+    """Modules in ``sys.modules`` after importing every module of ``package`` (but ``__main__``, which would run
+    the CLI), in a fresh interpreter."""
     code = (f"import importlib, pkgutil, sys, {package} as p\n"
-            f"[importlib.import_module(m.name) for m in pkgutil.walk_packages(p.__path__, '{package}.')]\n"
+            f"[importlib.import_module(m.name) for m in pkgutil.walk_packages(p.__path__, '{package}.')\n"
+            " if not m.name.endswith('__main__')]\n"
             "print('\\n'.join(sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
