@@ -199,9 +199,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         write_json(results, {"name": cfg.results_name, **metrics})
 
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
-    if "invalid_rate" in metrics["metrics"]["test"]:
-        print(f"\nInvalid semantic IDs among the decoded top-{task.model.top_k}: "
-              f"{metrics['metrics']['test']['invalid_rate']:.2%} (constrained: {task.model.constrained})")
+    for line in task.notes(metrics["metrics"]["test"]):
+        print(f"\n{line}")
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
           f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
           f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")
