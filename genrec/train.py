@@ -60,7 +60,8 @@ def resume_point(resume_from: str) -> tuple[Path, Path]:
     if not (folder / "config.yaml").is_file():
         raise UserError(f"resume_from={resume_from}: {folder} is not a run folder (no config.yaml)")
     if not checkpoint.exists():
-        raise UserError(f"resume_from={resume_from}: {checkpoint} not found (the run saved no checkpoint yet?)")
+        raise UserError(f"resume_from={resume_from}: {checkpoint} not found: the run stopped before its first "
+                        f"checkpoint; delete {folder} and train again")
     read_meta(checkpoint)  # a truncated or foreign file fails here, naming itself
     return folder, checkpoint
 

@@ -32,8 +32,9 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
     "resume_from": (str, type(None)), "model.dim": (int,),
 }
-#: of those, the ones that must be positive
+#: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
+NON_NEGATIVE = {"optim.weight_decay", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
 
@@ -101,6 +102,8 @@ def check_train_config(cfg: DictConfig) -> None:
             raise ConfigError(key, f"got {value!r}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds))
         if key in POSITIVE and value <= 0:
             raise ConfigError(key, f"got {value!r}, expected a positive value")
+        if key in NON_NEGATIVE and value < 0:
+            raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
 
 
