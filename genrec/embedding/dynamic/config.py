@@ -58,7 +58,8 @@ class DefaultConfig:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Tier 2. ``path``: folder of the store (each process uses ``<path>/rank<r>``); ``null``: no tier 2 (a row
+    """Tier 2. ``path``: folder of the store (each process uses ``<path>/rank<r>``, emptied when the table is
+    built: the live store is scratch space, a run resumes from a checkpoint); ``null``: no tier 2 (a row
     evicted from tier 0 is deleted). ``backend``: rocksdb | lmdb. ``cache_mib``: RocksDB block cache.
     ``write_back_batches``: evicted batches waiting to be written (the bound of the asynchronous write-back)."""
 

@@ -14,6 +14,7 @@ number is also the table's version (:mod:`genrec.embedding.dynamic.export` expor
 """
 from __future__ import annotations
 
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ class DynamicTable:
         self.admission = Admission(a.policy, a.min_count, a.probability, a.sketch_width, a.sketch_depth, config.seed)
         self.store = self.write_back = None
         if config.store.path is not None:
+            shutil.rmtree(self.store_path, ignore_errors=True)  # the live store is scratch: runs resume from checkpoints
             self.store = open_store(config.store.backend, self.store_path, self.dtype.itemsize,
                                     cache_mib=config.store.cache_mib)
             self.write_back = WriteBack(self.store, config.store.write_back_batches)
@@ -243,9 +245,13 @@ class DynamicTable:
 
     # ---------------------------------------------------------------- training
     def apply_gradients(self, mapped: MappedBatch, grad: torch.Tensor) -> None:
-        """The fused update: ``grad (B, D)`` summed per row, then the row optimizer on those rows (not on the
-        frozen zero default)."""
+        """The fused update of a mapped batch: ``grad (B, D)`` summed per row, then :meth:`apply_summed`."""
         summed = grad.new_zeros(len(mapped.unique_rows), grad.shape[1]).index_add_(0, mapped.inverse, grad)
+        self.apply_summed(mapped, summed)
+
+    def apply_summed(self, mapped: MappedBatch, summed: torch.Tensor) -> None:
+        """The row optimizer on ``mapped.unique_rows`` with their summed gradients ``(U, D)`` (the frozen zero
+        default row excepted); the updated rows' version becomes the batch's step."""
         rows = mapped.unique_rows
         if self.config.default.kind == "zeros":
             keep = rows < self.config.capacity
