@@ -142,18 +142,22 @@ class LFU(Eviction):
             return np.zeros(0, dtype=np.int64)
         rng = np.random.default_rng([self.seed, step])
         draws = self.sample * k
-        for _ in range(8):
+        while draws < self.capacity:  # sampled; draws double while too few candidates are evictable
             candidates = np.unique(rng.integers(0, self.capacity, draws))
             candidates = candidates[(self.last_step[candidates] >= 0) & (self.last_step[candidates] < pin_from)]
             if len(candidates) >= k:
-                lowest = np.argpartition(self.score[candidates], k - 1)[:k] if len(candidates) > k else slice(None)
-                return np.sort(candidates[lowest])
-            draws *= 4
-        candidates = np.flatnonzero((self.last_step >= 0) & (self.last_step < pin_from))
+                return self._lowest(candidates, k)
+            draws *= 2
+        candidates = np.flatnonzero((self.last_step >= 0) & (self.last_step < pin_from))  # exact: whole table
         if len(candidates) < k:
             raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs of the last "
                                 f"{step - pin_from + 1} batches; raise the capacity")
-        return np.sort(candidates[np.argpartition(self.score[candidates], k - 1)[:k]])
+        return self._lowest(candidates, k)
+
+    def _lowest(self, candidates: np.ndarray, k: int) -> np.ndarray:
+        if len(candidates) > k:
+            candidates = candidates[np.argpartition(self.score[candidates], k - 1)[:k]]
+        return np.sort(candidates)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {"score": self.score, "base": np.array(self._base)}
