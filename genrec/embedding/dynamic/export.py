@@ -27,6 +27,7 @@ def export_rows(table: DynamicTable, folder: str | Path, since: int | None = Non
     part = Path(folder) / f"part-rank{table.rank}"
     part.mkdir(parents=True, exist_ok=True)
     with table.lock:
+        table.expire_store()
         deleted = table.deletions.since(since) if since is not None else np.zeros(0, dtype=np.int64)
         ids, rows = [], []
         for chunk_ids, records in table.rows():

@@ -210,6 +210,21 @@ class DynamicTable:
             self.write_back.put(ids, None)  # a stale copy may be in the store
         self._log_deleted(ids, "expired")
 
+    def expire_store(self) -> None:
+        """Delete every tier-2 row unused for longer than the TTL (tier 2 otherwise expires a row when it is read
+        back): a full scan, run before an export so that a delta lists those deletions."""
+        if self.config.eviction.ttl is None or self.store is None:
+            return
+        with self.lock:
+            self.write_back.flush()
+            cutoff, gone = self.clock - self.config.eviction.ttl, []
+            for ids, raw in self.store.scan():
+                old = (raw.view(self.dtype).reshape(-1)["time"] < cutoff) & (self.index.find(ids) < 0)
+                gone.append(ids[old])
+            gone_ids = np.concatenate(gone) if gone else np.zeros(0, dtype=np.int64)
+            self.write_back.put(gone_ids, None)
+            self._log_deleted(gone_ids, "expired")
+
     def _log_deleted(self, ids: np.ndarray, reason: str | None) -> None:
         self.deletions.add(ids, self.step)
         self.counts["deleted"] += len(ids)
