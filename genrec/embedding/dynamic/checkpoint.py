@@ -28,7 +28,7 @@ import numpy as np
 from genrec.embedding.dynamic.eviction import LFU, LRU
 from genrec.embedding.dynamic.hashing import owner
 from genrec.embedding.dynamic.store import open_store, restore_snapshot
-from genrec.embedding.dynamic.table import DynamicTable
+from genrec.embedding.dynamic.table import DynamicTable, as_bytes
 
 FORMAT = 1
 STATE_FILE, META_FILE, STORE_DIR = "state.npz", "meta.json", "store"
@@ -179,7 +179,7 @@ def _restore_repartitioned(table: DynamicTable, states: list[dict], snapshots: l
     table._free[:table._free_top] = np.arange(c - 1, len(ids) - 1, -1)
     if table.store is None:
         return
-    table.write_back.put(overflow_ids, overflow.view(np.uint8).reshape(len(overflow), -1))
+    table.write_back.put(overflow_ids, as_bytes(overflow))
     for snapshot in snapshots:
         if snapshot is None:
             continue

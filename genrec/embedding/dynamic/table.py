@@ -32,7 +32,7 @@ from genrec.embedding.dynamic.writeback import WriteBack
 
 _DEFAULT_SEED = 0xDEFA017
 COUNTER_NAMES = ("steps", "lookups", "hits_tier0", "hits_tier2", "new_rows", "not_admitted", "admitted",
-                 "evicted", "expired", "deleted")
+                 "evicted", "written_back", "expired", "deleted")
 
 
 def record_dtype(dim: int, state_width: int) -> np.dtype:
@@ -40,6 +40,11 @@ def record_dtype(dim: int, state_width: int) -> np.dtype:
     last change), event time and step of the last use, decayed use count (LFU)."""
     return np.dtype([("weight", "<f4", (dim,)), ("state", "<f4", (state_width,)), ("version", "<i8"),
                      ("time", "<i8"), ("step", "<i8"), ("count", "<f8")])
+
+
+def as_bytes(records: np.ndarray) -> np.ndarray:
+    """``(N,)`` records -> ``(N, itemsize)`` uint8 (what a store holds)."""
+    return records.view(np.uint8).reshape(len(records), records.dtype.itemsize)
 
 
 @dataclass
@@ -187,7 +192,8 @@ class DynamicTable:
         """Move rows out of tier 0: to tier 2, or deleted when there is none."""
         ids = self.slot_ids[slots]
         if self.write_back is not None:
-            self.write_back.put(ids, self._records(slots, step).view(np.uint8).reshape(len(slots), -1))
+            self.write_back.put(ids, as_bytes(self._records(slots, step)))
+            self.counts["written_back"] += len(slots)
         else:
             self._log_deleted(ids, None)
         self.index.remove(ids)
@@ -330,8 +336,6 @@ class DynamicTable:
         out: dict[str, float] = dict(self.counts)
         out["live_rows_tier0"] = self.index.live
         out["capacity"] = self.config.capacity
-        if self.store is not None:
-            out["written_back"] = self.write_back.rows_written
         lookups = max(self.counts["lookups"], 1)
         out["hit_rate_tier0"] = self.counts["hits_tier0"] / lookups
         out["hit_rate_tier2"] = self.counts["hits_tier2"] / lookups

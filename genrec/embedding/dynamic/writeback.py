@@ -31,7 +31,6 @@ class WriteBack:
         self._cond = threading.Condition()
         self._error: BaseException | None = None
         self._closed = False
-        self.rows_written = 0
         self._thread = threading.Thread(target=self._run, name="genrec-write-back", daemon=True)
         if asynchronous:
             self._thread.start()
@@ -100,7 +99,6 @@ class WriteBack:
             self.store.delete(batch.ids)
         else:
             self.store.put(batch.ids, batch.records)
-            self.rows_written += len(batch.ids)
 
     def _raise(self) -> None:
         if self._error is not None:
