@@ -134,9 +134,8 @@ def load_state(table: DynamicTable, states: list[dict], metas: list[dict], snaps
         table.weight[c:] = _tensor(states[0]["default_weight"])
         table.state[c:] = _tensor(states[0]["default_state"])
         table.admission.load_state_dict([states[table.rank]] if same_layout else states)
-        table.deletions.ids = np.concatenate([s["deleted_ids"] for s in states])
-        table.deletions.steps = np.concatenate([s["deleted_steps"] for s in states])
-        table.deletions.start = max(m["deletions_start"] for m in metas)
+        table.deletions.load(np.concatenate([s["deleted_ids"] for s in states]),
+                             np.concatenate([s["deleted_steps"] for s in states]), max(m["deletions_start"] for m in metas))
         if same_layout:
             _restore_exact(table, states[table.rank], snapshots[table.rank])
         else:

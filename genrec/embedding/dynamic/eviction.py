@@ -143,21 +143,24 @@ class LFU(Eviction):
         rng = np.random.default_rng([self.seed, step])
         draws = self.sample * k
         while draws < self.capacity:  # sampled; draws double while too few candidates are evictable
-            candidates = np.unique(rng.integers(0, self.capacity, draws))
+            candidates = rng.integers(0, self.capacity, draws)
             candidates = candidates[(self.last_step[candidates] >= 0) & (self.last_step[candidates] < pin_from)]
-            if len(candidates) >= k:
-                return self._lowest(candidates, k)
+            # the lowest scores with a margin for the (rare) slots drawn twice, then distinct
+            lowest = np.unique(self._lowest(candidates, min(len(candidates), k + k // 8 + 16)))
+            if len(lowest) >= k:
+                return np.sort(self._lowest(lowest, k))
             draws *= 2
         candidates = np.flatnonzero((self.last_step >= 0) & (self.last_step < pin_from))  # exact: whole table
         if len(candidates) < k:
             raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs of the last "
                                 f"{step - pin_from + 1} batches; raise the capacity")
-        return self._lowest(candidates, k)
+        return np.sort(self._lowest(candidates, k))
 
     def _lowest(self, candidates: np.ndarray, k: int) -> np.ndarray:
-        if len(candidates) > k:
-            candidates = candidates[np.argpartition(self.score[candidates], k - 1)[:k]]
-        return np.sort(candidates)
+        """The ``k`` candidates of lowest score (all of them when there are no more than ``k``)."""
+        if len(candidates) <= k:
+            return candidates
+        return candidates[np.argpartition(self.score[candidates], k - 1)[:k]]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {"score": self.score, "base": np.array(self._base)}

@@ -8,8 +8,8 @@ or replayed run computes the same values on any machine:
 - :func:`mix64`: SplitMix64's finaliser (Steele, Lea & Flood 2014) of ``id + seed * 0x9E3779B97F4A7C15`` in uint64
   arithmetic: a bijection on 64-bit words whose output bits all depend on every input bit.
 - :func:`owner`: the process that owns an ID's row, ``mix64(id, OWNER_SEED) mod world_size``.
-- :func:`init_rows`: a never-seen row's initial value from (table seed, raw ID, column) through a counter-based
-  hash (the Philox idea, with SplitMix64 as the round function): uniform in ``[-bound, bound)``.
+- :func:`init_rows`: a never-seen row's initial value from (table seed, raw ID, column pair) through a
+  counter-based hash (the Philox idea, with SplitMix64 as the round function): uniform in ``[-bound, bound)``.
 """
 from __future__ import annotations
 
@@ -36,9 +36,13 @@ def mix64(ids: np.ndarray, seed: int = 0) -> np.ndarray:
     """``(*,)`` int64 or uint64 -> ``(*,)`` uint64: SplitMix64 of ``id + seed * golden``."""
     with np.errstate(over="ignore"):
         x = np.asarray(ids).view(np.uint64) + np.uint64(seed % 2**64) * _GOLDEN
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
-        return x ^ (x >> np.uint64(31))
+        shifted = np.empty_like(x)
+        for shift, multiplier in ((30, _M1), (27, _M2)):
+            np.right_shift(x, np.uint64(shift), out=shifted)
+            np.bitwise_xor(x, shifted, out=x)
+            np.multiply(x, multiplier, out=x)
+        np.right_shift(x, np.uint64(31), out=shifted)
+        return np.bitwise_xor(x, shifted, out=x)
 
 
 def owner(ids: np.ndarray, world_size: int) -> np.ndarray:
@@ -54,10 +58,18 @@ def uniform01(ids: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
 
 
 def init_rows(ids: np.ndarray, dim: int, seed: int, bound: float) -> np.ndarray:
-    """``(N,)`` int64 raw IDs -> ``(N, dim)`` float32 rows, element ``(i, j)`` uniform in ``[-bound, bound)`` from
-    the top 24 bits of ``mix64(mix64(id_i, seed) + (j + 1) * C)`` (exact in float32)."""
+    """``(N,)`` int64 raw IDs -> ``(N, dim)`` float32 rows uniform in ``[-bound, bound)``: with
+    ``h = mix64(mix64(id_i, seed) + (k + 1) * C)``, element ``(i, 2k)`` takes bits 40..63 of ``h`` and element
+    ``(i, 2k + 1)`` bits 8..31 (24 bits each: exact in float32)."""
     ids = np.asarray(ids, dtype=np.int64)
+    pairs = (dim + 1) // 2
     with np.errstate(over="ignore"):
-        base = mix64(ids, seed)[:, None] + (np.arange(1, dim + 1, dtype=np.uint64) * _COLUMN)[None, :]
-    u = (mix64(base) >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)  # (N, dim) in [0, 1)
-    return (np.float32(2 * bound) * u - np.float32(bound)).astype(np.float32)
+        base = mix64(ids, seed)[:, None] + (np.arange(1, pairs + 1, dtype=np.uint64) * _COLUMN)[None, :]
+    h = mix64(base)  # (N, pairs)
+    out = np.empty((len(ids), 2 * pairs), dtype=np.float32)
+    out[:, 0::2] = h >> np.uint64(40)
+    out[:, 1::2] = (h >> np.uint64(8)) & np.uint64(0xFFFFFF)
+    out = out[:, :dim]
+    out *= np.float32(2 * bound * 2.0**-24)  # (bits / 2^24) * 2 * bound in one multiply
+    out -= np.float32(bound)
+    return np.ascontiguousarray(out)

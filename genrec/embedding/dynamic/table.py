@@ -357,27 +357,42 @@ class DynamicTable:
 
 class DeletionLog:
     """Raw IDs deleted (evicted with no tier 2, or expired) and the step of their deletion, for delta exports;
-    keeps the last ``limit`` deletions (:attr:`start`: the step before which deletions were forgotten)."""
+    keeps about the last ``limit`` deletions (:attr:`start`: the step up to which deletions may be forgotten)."""
 
-    def __init__(self, limit: int = 1 << 24):
+    def __init__(self, limit: int = 1 << 22):
         self.limit = limit
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.steps = np.zeros(0, dtype=np.int64)
+        self._chunks: list[tuple[np.ndarray, int]] = []
+        self._size = 0
         self.start = 0
 
     def add(self, ids: np.ndarray, step: int) -> None:
-        self.ids = np.concatenate([self.ids, ids])
-        self.steps = np.concatenate([self.steps, np.full(len(ids), step, dtype=np.int64)])
-        if len(self.ids) > 2 * self.limit:  # amortised: trim to the last `limit`
-            self.start = int(self.steps[-self.limit - 1])
-            self.ids, self.steps = self.ids[-self.limit:], self.steps[-self.limit:]
+        if len(ids) == 0:
+            return
+        self._chunks.append((ids.copy(), step))
+        self._size += len(ids)
+        while self._size - len(self._chunks[0][0]) >= self.limit:
+            dropped, self.start = self._chunks.pop(0)
+            self._size -= len(dropped)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.concatenate([c[0] for c in self._chunks]) if self._chunks else np.zeros(0, dtype=np.int64)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return (np.concatenate([np.full(len(c[0]), c[1], dtype=np.int64) for c in self._chunks]) if self._chunks
+                else np.zeros(0, dtype=np.int64))
+
+    def load(self, ids: np.ndarray, steps: np.ndarray, start: int) -> None:
+        self._chunks = [(ids[steps == s], int(s)) for s in np.unique(steps)]
+        self._size, self.start = len(ids), start
 
     def since(self, version: int) -> np.ndarray:
         """IDs deleted after ``version`` (raises if some of those deletions were forgotten)."""
         if version < self.start:
-            raise ValueError(f"deletions before step {self.start} were forgotten: export everything instead of a "
+            raise ValueError(f"deletions up to step {self.start} were forgotten: export everything instead of a "
                              f"delta since {version}")
-        return np.unique(self.ids[self.steps > version])
+        return np.unique(np.concatenate([c[0] for c in self._chunks if c[1] > version] or [np.zeros(0, np.int64)]))
 
 
 def _numpy(x: np.ndarray | torch.Tensor) -> np.ndarray:
