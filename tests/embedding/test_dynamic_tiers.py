@@ -11,7 +11,7 @@ from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.export import apply_export, export_rows
 from genrec.embedding.dynamic.optim import SPARSE_OPTIMIZERS, RowOptimizer
 from genrec.embedding.dynamic.prefetch import Prefetcher
-from genrec.embedding.dynamic.table import DynamicTable, lookup
+from genrec.embedding.dynamic.table import DynamicTable, lookup, tier0_bytes
 
 DIM, ROWS = 8, 30
 FBGEMM = {"sgd": EmbOptimType.EXACT_SGD, "adagrad": EmbOptimType.EXACT_ADAGRAD,
@@ -184,4 +184,16 @@ def test_deltas_applied_in_order_give_the_full_export(tmp_path):
     assert np.array_equal(ids, full_ids) and np.array_equal(rows, full_rows)
     with pytest.raises(ValueError, match="since version 10 cannot update a table at version 30"):
         apply_export(ids, rows, tmp_path / "delta20", version)
+    table.close()
+
+
+@pytest.mark.parametrize("settings", [{}, {"eviction": {"policy": "lfu"}},
+                                      {"admission": {"policy": "min_count", "sketch_width": 1000}},
+                                      {"default": {"kind": "hashed", "hashed_rows": 7}, "store": {"filter_mib": 1}}])
+def test_tier0_bytes_predicts_the_memory_of_a_built_table(settings, tmp_path):
+    if "store" in settings:
+        settings = {**settings, "store": {**settings["store"], "path": str(tmp_path)}}
+    config = DynamicTableConfig.build(16, 1000, **settings)
+    table = DynamicTable(config)
+    assert tier0_bytes(config) == table.memory_bytes() > 1000 * 16 * 4
     table.close()

@@ -28,7 +28,7 @@ import numpy as np
 from genrec.embedding.dynamic.eviction import LFU, LRU
 from genrec.embedding.dynamic.hashing import owner
 from genrec.embedding.dynamic.store import open_store, restore_snapshot
-from genrec.embedding.dynamic.table import DynamicTable, as_bytes
+from genrec.embedding.dynamic.table import DynamicTable
 
 FORMAT = 1
 STATE_FILE, META_FILE, STORE_DIR = "state.npz", "meta.json", "store"
@@ -79,6 +79,8 @@ def shard_state(table: DynamicTable) -> tuple[dict[str, np.ndarray], dict[str, A
                                   **table.admission.state_dict()}
         if isinstance(table.eviction, LFU):
             arrays["lfu_score"], arrays["lfu_base"] = table.eviction.score.copy(), np.array(table.eviction._base)
+        if table.stored is not None:
+            arrays["stored_filter"] = table.stored.words.copy()
         meta = {"format": FORMAT, "step": table.step, "clock": table.clock, "counts": dict(table.counts),
                 "rank": table.rank, "world_size": table.world_size, "capacity": table.config.capacity,
                 "dim": table.config.dim, "state_width": table.state_width, "deletions_start": table.deletions.start,
@@ -151,6 +153,9 @@ def _restore_exact(table: DynamicTable, state: dict, snapshot: Path | None) -> N
         table.eviction.score[:] = state["lfu_score"]
         table.eviction._base = int(state["lfu_base"])
     if snapshot is not None:
+        if len(state["stored_filter"]) != len(table.stored.words):
+            raise ValueError("embedding.store.filter_mib differs from the checkpoint's: load it with the same setting")
+        table.stored.words[:] = state["stored_filter"]
         table.write_back.flush()
         table.store.close()
         restore_snapshot(snapshot, table.store_path)
@@ -178,7 +183,7 @@ def _restore_repartitioned(table: DynamicTable, states: list[dict], snapshots: l
     table._free[:table._free_top] = np.arange(c - 1, len(ids) - 1, -1)
     if table.store is None:
         return
-    table.write_back.put(overflow_ids, as_bytes(overflow))
+    table.store_rows(overflow_ids, overflow)
     for snapshot in snapshots:
         if snapshot is None:
             continue
@@ -187,7 +192,7 @@ def _restore_repartitioned(table: DynamicTable, states: list[dict], snapshots: l
             for chunk_ids, raw in old.scan():
                 mine = (owner(chunk_ids, table.world_size) == table.rank) & (table.index.find(chunk_ids) < 0)
                 mine &= ~np.isin(chunk_ids, overflow_ids)
-                table.write_back.put(chunk_ids[mine], raw[mine])
+                table.store_rows(chunk_ids[mine], raw[mine].view(table.dtype).reshape(-1))
         finally:
             old.close()
     table.write_back.flush()

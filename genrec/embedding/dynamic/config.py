@@ -61,12 +61,15 @@ class StoreConfig:
     """Tier 2. ``path``: folder of the store (each process uses ``<path>/rank<r>``, emptied when the table is
     built: the live store is scratch space, a run resumes from a checkpoint); ``null``: no tier 2 (a row
     evicted from tier 0 is deleted). ``backend``: rocksdb | lmdb. ``cache_mib``: RocksDB block cache.
-    ``write_back_batches``: evicted batches waiting to be written (the bound of the asynchronous write-back)."""
+    ``write_back_batches``: evicted batches waiting to be written (the bound of the asynchronous write-back).
+    ``filter_mib``: Bloom filter of the IDs in tier 2 (a never-seen ID costs no store lookup; ~8M IDs per MiB at
+    1% false positives)."""
 
     path: str | None = None
     backend: str = "rocksdb"
     cache_mib: int = 64
     write_back_batches: int = 4
+    filter_mib: int = 32
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class DynamicTableConfig:
         need(self.optimizer.lr > 0, "optimizer.lr", f"must be positive, got {self.optimizer.lr}")
         need(s.backend in STORE_BACKENDS, "store.backend", f"must be one of {STORE_BACKENDS}, got {s.backend!r}")
         need(s.write_back_batches >= 1, "store.write_back_batches", f"must be >= 1, got {s.write_back_batches}")
+        need(s.filter_mib >= 1, "store.filter_mib", f"must be >= 1, got {s.filter_mib}")
         if s.path is not None:
             need(_writable(Path(s.path)), "store.path", f"{s.path} is not a writable folder (nor can it be created)")
 

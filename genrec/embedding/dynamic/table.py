@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from genrec.embedding.dynamic.admission import Admission
+from genrec.embedding.dynamic.bloom import BloomFilter
 from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.eviction import LFU, LRU, Eviction
 from genrec.embedding.dynamic.hashing import init_rows, mix64
@@ -40,6 +41,24 @@ def record_dtype(dim: int, state_width: int) -> np.dtype:
     last change), event time and step of the last use, decayed use count (LFU)."""
     return np.dtype([("weight", "<f4", (dim,)), ("state", "<f4", (state_width,)), ("version", "<i8"),
                      ("time", "<i8"), ("step", "<i8"), ("count", "<f8")])
+
+
+def tier0_bytes(config: DynamicTableConfig) -> int:
+    """Bytes a table of ``config`` holds in process memory (what :meth:`DynamicTable.memory_bytes` reports once
+    built): tier 0 (rows, optimizer state, default rows) and its bookkeeping (ID map, per-slot metadata, LRU queue or
+    LFU scores, free-slot stack, admission sketch). Tier 2's caches come on top (``store.cache_mib`` plus RocksDB's
+    two memtables)."""
+    c, rows = config.capacity, config.capacity + config.default_rows
+    index = 1
+    while index < 2 * c:
+        index *= 2
+    total = rows * (config.dim + config.optimizer.state_width(config.dim)) * 4 + 16 * index + 5 * 8 * c
+    total += 2 * (2 * c + 1) * 8 if config.eviction.policy == "lru" else 8 * c
+    if config.admission.policy == "min_count":
+        total += 8 * config.admission.sketch_width * config.admission.sketch_depth
+    if config.store.path is not None:
+        total += BloomFilter(config.store.filter_mib << 23).words.nbytes
+    return total
 
 
 def as_bytes(records: np.ndarray) -> np.ndarray:
@@ -91,8 +110,9 @@ class DynamicTable:
         self.eviction: Eviction = (LRU(c) if e.policy == "lru" else LFU(c, e.lfu_decay, e.lfu_sample, config.seed))
         a = config.admission
         self.admission = Admission(a.policy, a.min_count, a.probability, a.sketch_width, a.sketch_depth, config.seed)
-        self.store = self.write_back = None
+        self.store = self.write_back = self.stored = None
         if config.store.path is not None:
+            self.stored = BloomFilter(config.store.filter_mib << 23)  # IDs that went down to tier 2
             shutil.rmtree(self.store_path, ignore_errors=True)  # the live store is scratch: runs resume from checkpoints
             self.store = open_store(config.store.backend, self.store_path, self.dtype.itemsize,
                                     cache_mib=config.store.cache_mib)
@@ -164,8 +184,7 @@ class DynamicTable:
         """Rows of lower tiers: ``(N,)`` bool found and the ``(F,)`` records (TTL-expired rows are deleted)."""
         if self.write_back is None or len(ids) == 0:
             return np.zeros(len(ids), dtype=bool), np.zeros(0, dtype=self.dtype)
-        found, _, raw = self.write_back.get(ids)
-        records = raw.view(self.dtype).reshape(-1)
+        found, records = self._stored(ids)
         ttl = self.config.eviction.ttl
         if ttl is not None and len(records):
             expired = records["time"] < self.clock - ttl
@@ -176,6 +195,18 @@ class DynamicTable:
                 found[np.flatnonzero(found)[expired]] = False
                 records = records[~expired]
         return found, records
+
+    def _stored(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(N,)`` IDs -> (``(N,)`` bool found in tier 2 (write-back queue or store), ``(F,)`` their records)."""
+        maybe = self.stored.maybe(ids)
+        found = np.zeros(len(ids), dtype=bool)
+        found[maybe], _, raw = self.write_back.get(ids[maybe])
+        return found, raw.view(self.dtype).reshape(-1)
+
+    def store_rows(self, ids: np.ndarray, records: np.ndarray) -> None:
+        """Send ``(N,)`` records of ``(N,)`` IDs down to tier 2."""
+        self.stored.add(ids)
+        self.write_back.put(ids, as_bytes(records))
 
     def _allocate(self, k: int, step: int) -> np.ndarray:
         """``k`` free tier-0 slots: free ones first, then evicted ones."""
@@ -192,7 +223,7 @@ class DynamicTable:
         """Move rows out of tier 0: to tier 2, or deleted when there is none."""
         ids = self.slot_ids[slots]
         if self.write_back is not None:
-            self.write_back.put(ids, as_bytes(self._records(slots, step)))
+            self.store_rows(ids, self._records(slots, step))
             self.counts["written_back"] += len(slots)
         else:
             self._log_deleted(ids, None)
@@ -296,8 +327,7 @@ class DynamicTable:
             missing = np.flatnonzero(~hit)
             stored = np.zeros(len(missing), dtype=bool)
             if self.write_back is not None and len(missing):
-                stored, _, raw = self.write_back.get(unique[missing])
-                records = raw.view(self.dtype).reshape(-1)
+                stored, records = self._stored(unique[missing])
                 if self.config.eviction.ttl is not None:  # expired rows read the default (deleted at next use)
                     live = records["time"] >= self.clock - self.config.eviction.ttl
                     stored[np.flatnonzero(stored)[~live]] = False
@@ -346,6 +376,7 @@ class DynamicTable:
         arrays = [self.slot_ids, self.slot_version, self.slot_time, self._free, self.eviction.last_step]
         arrays += [getattr(self.eviction, name) for name in ("_slot", "_step", "score") if hasattr(self.eviction, name)]
         sketch = self.admission.sketch.counts.nbytes if self.admission.sketch is not None else 0
+        sketch += self.stored.words.nbytes if self.stored is not None else 0
         tensors = self.weight.numel() * 4 + self.state.numel() * 4
         return tensors + self.index.nbytes + sum(a.nbytes for a in arrays) + sketch
 
