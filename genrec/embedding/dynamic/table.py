@@ -32,7 +32,7 @@ from genrec.embedding.dynamic.store import open_store
 from genrec.embedding.dynamic.writeback import WriteBack
 
 _DEFAULT_SEED = 0xDEFA017
-COUNTER_NAMES = ("steps", "lookups", "hits_tier0", "hits_tier2", "new_rows", "not_admitted", "admitted",
+COUNTER_NAMES = ("steps", "lookups", "hits_tier0", "hits_tier2", "not_admitted", "admitted",
                  "evicted", "written_back", "expired", "deleted")
 
 
@@ -168,7 +168,6 @@ class DynamicTable:
             c["lookups"] += len(ids)
             c["hits_tier0"] += int(counts[hit].sum()) + int(counts[incoming].sum()) - len(incoming)
             c["hits_tier2"] += int(stored.sum())
-            c["new_rows"] += len(admitted)
             c["admitted"] += len(admitted)
             c["not_admitted"] += int(counts[outside].sum())
             unique_rows, row_inverse = np.unique(rows, return_inverse=True)
