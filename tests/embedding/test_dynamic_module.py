@@ -154,3 +154,30 @@ def test_bad_dynamic_configs_name_the_key_in_one_line(override, key):
         error = error.__cause__
     assert isinstance(error, ConfigError) and error.key == key
     assert str(error).startswith(f"{key}: ") and "\n" not in str(error)
+
+
+def test_module_prefetch_maps_the_next_step_ahead_with_the_same_result(tmp_path):
+    """A manual loop that prefetches step i + 1 (inputs and all items of the full softmax) before training step i,
+    with a store configured: the same as without prefetching (tier moves under prefetching: test_dynamic_tiers)."""
+    batches = _batches(6)
+    results = []
+    for depth in (0, 1):
+        torch.manual_seed(0)
+        emb = _dynamic_embedding(prefetch_depth=depth, store={"path": str(tmp_path / str(depth))})
+        model = SequentialRecommender(emb, SASRec(DIM, num_layers=1, num_heads=2, max_len=8, dropout=0.0)).train()
+        opt, loss_fn = torch.optim.Adam(model.encoder.parameters(), lr=1e-2), FullSoftmaxLoss()
+        items = lambda b: loss_fn.item_ids(b.target_ids, NUM_ITEMS)  # noqa: E731 (deterministic: every item)
+        if depth:
+            emb.prefetch(batches[0].to_kjt(), items(batches[0]))
+        for i, batch in enumerate(batches):
+            if depth and i + 1 < len(batches):
+                emb.prefetch(batches[i + 1].to_kjt(), items(batches[i + 1]))
+            loss = model.training_loss(batch, loss_fn)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        assert emb.counters()["steps"] == len(batches)
+        model.eval()
+        results.append(model.all_item_vectors())
+        emb.close()
+    assert torch.equal(results[0], results[1])
