@@ -10,11 +10,44 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 
 import numpy as np
 import torch
 
 from genrec.embedding.dynamic.table import DynamicTable, MappedBatch, _numpy
+
+
+def _mapper(todo: queue.Queue, done: queue.Queue, table: DynamicTable) -> None:
+    """The thread: map each submitted batch in order; None ends it."""
+    while True:
+        item = todo.get()
+        if item is None:
+            return
+        try:
+            done.put(table.map(*item))
+        except BaseException as error:  # handed to the training thread by take()
+            done.put(error)
+
+
+def _stop(todo: queue.Queue, done: queue.Queue, thread: threading.Thread) -> None:
+    """End the thread, dropping batches not mapped yet (also run at interpreter exit, so that no mapping is under
+    way while the store is freed)."""
+    while thread.is_alive():
+        try:
+            todo.put_nowait(None)
+        except queue.Full:
+            _drain(todo)
+        _drain(done)
+        thread.join(timeout=0.05)
+
+
+def _drain(q: queue.Queue) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
 
 
 class Prefetcher:
@@ -28,8 +61,10 @@ class Prefetcher:
         self._todo: queue.Queue = queue.Queue(maxsize=depth)
         self._done: queue.Queue = queue.Queue(maxsize=depth)
         self._submitted = 0
-        self._thread = threading.Thread(target=self._run, name="genrec-prefetch", daemon=True)
+        self._thread = threading.Thread(target=_mapper, args=(self._todo, self._done, table), name="genrec-prefetch",
+                                        daemon=True)
         self._thread.start()
+        self.close = weakref.finalize(self, _stop, self._todo, self._done, self._thread)
 
     @property
     def pending(self) -> int:
@@ -53,17 +88,3 @@ class Prefetcher:
             raise RuntimeError(f"prefetched batch (step {result.step}) differs from the batch being trained: "
                                "batches must be submitted in training order")
         return result
-
-    def close(self) -> None:
-        self._todo.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while True:
-            item = self._todo.get()
-            if item is None:
-                return
-            try:
-                self._done.put(self.table.map(*item))
-            except BaseException as error:  # handed to the training thread by take()
-                self._done.put(error)

@@ -8,6 +8,7 @@ after the store holds it.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass
 
@@ -22,18 +23,75 @@ class _Batch:
     records: np.ndarray | None  # (N, record_bytes); None: delete these IDs
 
 
+class _Channel:
+    """What the writer thread shares with its :class:`WriteBack` (not the WriteBack itself, so that an unused one
+    can be collected and its thread stopped)."""
+
+    def __init__(self, store: RowStore):
+        self.store = store
+        self.queue: deque[_Batch] = deque()
+        self.cond = threading.Condition()
+        self.error: BaseException | None = None
+        self.closed = False
+
+
+def _write(store: RowStore, batch: _Batch) -> None:
+    if batch.records is None:
+        store.delete(batch.ids)
+    else:
+        store.put(batch.ids, batch.records)
+
+
+def _writer(channel: _Channel) -> None:
+    """The thread: write the oldest waiting batch, then drop it from the queue; after close, drain and return."""
+    while True:
+        with channel.cond:
+            while not channel.queue and not channel.closed:
+                channel.cond.wait()
+            if not channel.queue:
+                return
+            batch = channel.queue[0]
+        try:
+            _write(channel.store, batch)
+        except BaseException as error:  # handed to the training thread at its next put/flush
+            with channel.cond:
+                channel.error = error
+                channel.cond.notify_all()
+            return
+        with channel.cond:
+            channel.queue.popleft()
+            channel.cond.notify_all()
+
+
+def _stop(channel: _Channel, thread: threading.Thread) -> None:
+    """Let the writer finish the waiting batches and end (also run at interpreter exit: the store must not be freed
+    while the thread is inside it)."""
+    with channel.cond:
+        channel.closed = True
+        channel.cond.notify_all()
+    if thread.is_alive():
+        thread.join()
+
+
 class WriteBack:
     """Args: store: tier 2; max_batches: the bound; asynchronous: write in a background thread (else at once)."""
 
     def __init__(self, store: RowStore, max_batches: int = 4, asynchronous: bool = True):
-        self.store, self.max_batches, self.asynchronous = store, max_batches, asynchronous
-        self._queue: deque[_Batch] = deque()
-        self._cond = threading.Condition()
-        self._error: BaseException | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="genrec-write-back", daemon=True)
+        self.max_batches, self.asynchronous = max_batches, asynchronous
+        self._channel = _Channel(store)
+        self._thread = threading.Thread(target=_writer, args=(self._channel,), name="genrec-write-back", daemon=True)
         if asynchronous:
             self._thread.start()
+        self._stop = weakref.finalize(self, _stop, self._channel, self._thread)
+
+    @property
+    def store(self) -> RowStore:
+        return self._channel.store
+
+    @store.setter
+    def store(self, store: RowStore) -> None:
+        self.flush()
+        self._channel.store = store
 
     def put(self, ids: np.ndarray, records: np.ndarray | None) -> None:
         """Queue rows for the store (``records`` None: delete the IDs from it)."""
@@ -42,14 +100,15 @@ class WriteBack:
         order = np.argsort(ids, kind="stable")
         batch = _Batch(ids[order], None if records is None else records[order])
         if not self.asynchronous:
-            self._write(batch)
+            _write(self.store, batch)
             return
-        with self._cond:
-            while len(self._queue) >= self.max_batches and self._error is None:
-                self._cond.wait()
+        channel = self._channel
+        with channel.cond:
+            while len(channel.queue) >= self.max_batches and channel.error is None:
+                channel.cond.wait()
             self._raise()
-            self._queue.append(batch)
-            self._cond.notify_all()
+            channel.queue.append(batch)
+            channel.cond.notify_all()
 
     def get(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(N,)`` IDs -> (``(N,)`` bool found, ``(N,)`` bool deleted, ``(F, record_bytes)`` records of the found
@@ -57,8 +116,8 @@ class WriteBack:
         found = np.zeros(len(ids), dtype=bool)
         deleted = np.zeros(len(ids), dtype=bool)
         records = np.zeros((len(ids), self.store.record_bytes), dtype=np.uint8)
-        with self._cond:
-            waiting = list(self._queue)
+        with self._channel.cond:
+            waiting = list(self._channel.queue)
         for batch in reversed(waiting):
             open_ = ~(found | deleted)
             if not open_.any():
@@ -81,44 +140,17 @@ class WriteBack:
 
     def flush(self) -> None:
         """Wait until every waiting batch is in the store."""
-        with self._cond:
-            while self._queue and self._error is None:
-                self._cond.wait()
+        channel = self._channel
+        with channel.cond:
+            while channel.queue and channel.error is None and self._thread.is_alive():
+                channel.cond.wait()
             self._raise()
 
     def close(self) -> None:
-        if self.asynchronous and self._thread.is_alive():
-            self.flush()
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
-            self._thread.join()
-
-    def _write(self, batch: _Batch) -> None:
-        if batch.records is None:
-            self.store.delete(batch.ids)
-        else:
-            self.store.put(batch.ids, batch.records)
+        """Write what waits, then stop the thread."""
+        self.flush()
+        self._stop()
 
     def _raise(self) -> None:
-        if self._error is not None:
-            raise RuntimeError("the write-back thread failed") from self._error
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                batch = self._queue[0]
-            try:
-                self._write(batch)
-            except BaseException as error:  # handed to the training thread at its next put/flush
-                with self._cond:
-                    self._error = error
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._queue.popleft()
-                self._cond.notify_all()
+        if self._channel.error is not None:
+            raise RuntimeError("the write-back thread failed") from self._channel.error
