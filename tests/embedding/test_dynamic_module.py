@@ -127,11 +127,11 @@ def _compose(overrides):
 
 @pytest.mark.parametrize("name,kind", [("static", ItemEmbedding), ("dynamic", DynamicItemEmbedding)])
 def test_embedding_configs_instantiate(name, kind, tmp_path):
-    cfg = _compose([f"+embedding@model.embedding={name}", "model.dim=8"])
+    cfg = _compose([f"embedding@model.embedding={name}", "model.dim=8"])
     emb = instantiate(cfg.model.embedding, num_items=20)
     assert isinstance(emb, kind) and emb.dim == 8 and emb.num_embeddings == 21
     if name == "dynamic":
-        cfg = _compose(["+embedding@model.embedding=dynamic", f"model.embedding.store.path={tmp_path}",
+        cfg = _compose(["embedding@model.embedding=dynamic", f"model.embedding.store.path={tmp_path}",
                         "model.embedding.eviction.policy=lfu", "model.embedding.admission.policy=min_count"])
         emb = instantiate(cfg.model.embedding, num_items=20)
         assert emb.config.store.path == str(tmp_path) and emb.config.eviction.policy == "lfu"
@@ -146,7 +146,7 @@ def test_embedding_configs_instantiate(name, kind, tmp_path):
     ("+model.embedding.eviction.ttl_seconds=5", "embedding.eviction.ttl_seconds"),
 ])
 def test_bad_dynamic_configs_name_the_key_in_one_line(override, key):
-    cfg = _compose(["+embedding@model.embedding=dynamic", override])
+    cfg = _compose(["embedding@model.embedding=dynamic", override])
     with pytest.raises(Exception) as caught:
         instantiate(cfg.model.embedding, num_items=20)
     error = caught.value

@@ -16,11 +16,14 @@ import math
 
 import numpy as np
 
+from genrec.errors import UserError
+
 EVICTION_POLICIES = ("lru", "lfu")
 
 
-class NotEnoughRows(RuntimeError):
-    """Tier 0 cannot hold the rows of the batches in flight."""
+class NotEnoughRows(UserError):
+    """Tier 0 cannot hold the rows of the batches in flight (``embedding.capacity`` is too small for them: with the
+    full softmax every item is a candidate of every step)."""
 
 
 class Eviction:
@@ -92,8 +95,8 @@ class LRU(Eviction):
             needed -= len(valid)
             self._head += stop
             if stop < len(slots) or end == self._tail:
-                raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs of the last "
-                                    f"{step - pin_from + 1} batches; raise the capacity")
+                raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs (inputs and the loss's candidates) of the last "
+                                    f"{step - pin_from + 1} batches; raise embedding.capacity")
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
     def rebuild(self, slots: np.ndarray, ids: np.ndarray) -> None:
@@ -152,8 +155,8 @@ class LFU(Eviction):
             draws *= 2
         candidates = np.flatnonzero((self.last_step >= 0) & (self.last_step < pin_from))  # exact: whole table
         if len(candidates) < k:
-            raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs of the last "
-                                f"{step - pin_from + 1} batches; raise the capacity")
+            raise NotEnoughRows(f"tier 0 holds {self.capacity} rows, too few for the distinct IDs (inputs and the loss's candidates) of the last "
+                                f"{step - pin_from + 1} batches; raise embedding.capacity")
         return np.sort(self._lowest(candidates, k))
 
     def _lowest(self, candidates: np.ndarray, k: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from genrec.embedding.dynamic.checkpoint import load_state, shard_state
 from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.prefetch import Prefetcher
 from genrec.embedding.dynamic.sharded import ShardedDynamicTable
-from genrec.embedding.dynamic.table import DynamicTable, lookup
+from genrec.embedding.dynamic.table import DynamicTable, as_bytes, lookup
 
 
 class DynamicItemEmbedding(nn.Module):
@@ -51,6 +51,9 @@ class DynamicItemEmbedding(nn.Module):
         self._table: DynamicTable | ShardedDynamicTable | None = None
         self._prefetcher: Prefetcher | None = None
         self._event_time: int | None = None
+        #: set by a trainer that checkpoints the table itself, beside its checkpoint files (genrec-train does:
+        #: genrec.training.tables); the module's state dict then holds a marker instead of the rows
+        self.external_checkpoint = False
 
     @property
     def dynamic(self) -> DynamicTable | ShardedDynamicTable:
@@ -128,17 +131,27 @@ class DynamicItemEmbedding(nn.Module):
         return self.local_table.counters()
 
     def get_extra_state(self) -> dict:
-        """The whole table in the module's state dict, for one process without tier 2. A sharded table or one with
-        a store is checkpointed by :func:`genrec.embedding.dynamic.checkpoint.save_checkpoint` instead."""
+        """The whole table in the module's state dict as tensors (loadable with ``weights_only=True``), for one
+        process without tier 2; a marker when the trainer checkpoints the table itself (:attr:`external_checkpoint`).
+        A sharded table or one with a store is checkpointed by
+        :func:`genrec.embedding.dynamic.checkpoint.save_checkpoint` instead."""
+        if self.external_checkpoint:
+            return {"external": True}
         table = self.dynamic
         if isinstance(table, ShardedDynamicTable) or table.store is not None:
             raise RuntimeError("a sharded dynamic table, or one with a store, does not fit in a state dict: save it "
                                "with genrec.embedding.dynamic.checkpoint.save_checkpoint")
         arrays, meta = shard_state(table)
-        return {"arrays": arrays, "meta": meta}
+        return {"arrays": {k: torch.from_numpy(as_bytes(v) if v.dtype.names else np.ascontiguousarray(v))
+                           for k, v in arrays.items()}, "meta": meta}
 
     def set_extra_state(self, state: dict) -> None:
-        load_state(self.local_table, [state["arrays"]], [state["meta"]], snapshots=[None])
+        if state.get("external"):
+            return  # the trainer loads the table from beside the checkpoint
+        table = self.local_table
+        arrays = {k: v.numpy() for k, v in state["arrays"].items()}
+        arrays["records"] = arrays["records"].reshape(-1).view(table.dtype)
+        load_state(table, [arrays], [state["meta"]], snapshots=[None])
 
     def close(self) -> None:
         """Stop the background threads and close the store."""
@@ -146,3 +159,8 @@ class DynamicItemEmbedding(nn.Module):
             self._prefetcher.close()
         if self._table is not None:
             self.local_table.close()
+
+    def reset(self) -> None:
+        """Close the table; the next use builds a fresh one (to load a checkpoint into: tables load fresh)."""
+        self.close()
+        self._table = self._prefetcher = None
