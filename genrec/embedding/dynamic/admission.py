@@ -92,13 +92,13 @@ class Admission:
         self.sketch = CountMinSketch(sketch_width, sketch_depth, seed) if policy == "min_count" else None
 
     def admit(self, ids: np.ndarray, counts: np.ndarray, step: int) -> np.ndarray:
-        """``(B,)`` distinct IDs that have no row, with their ``(B,)`` occurrence counts in batch ``step`` ->
-        ``(B,)`` bool: which to admit now."""
+        """``(B,)`` distinct IDs that have no row, with their ``(B,)`` occurrence counts in batch ``step`` (0: looked
+        up without occurring, e.g. a loss's candidate) -> ``(B,)`` bool: which to admit now."""
         if self.policy == "always":
             return np.ones(len(ids), dtype=bool)
         if self.policy == "min_count":
             return self.sketch.add(ids, counts) >= self.min_count
-        return uniform01(ids, self.seed, salt=step) < self.probability
+        return (counts > 0) & (uniform01(ids, self.seed, salt=step) < self.probability)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         if self.sketch is None:
