@@ -37,6 +37,7 @@ from genrec.eval.metrics import evaluate
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.plots import plot_curves
+from genrec.training.telemetry import Telemetry, format_summary
 from genrec.training.trainer import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
 
@@ -71,7 +72,7 @@ RESUME_KEYS = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "t
                "trainer.accelerator", "trainer.enable_progress_bar", "trainer.log_every_n_steps",
                "checkpoint_every_n_steps", "resume_from", "results_name", "results_dir", "overwrite_results",
                "threads", "baselines", "data.num_workers", "data.cache_dir")
-RESUME_GROUPS = ("callbacks.", "logger.")
+RESUME_GROUPS = ("callbacks.", "logger.", "telemetry.")
 
 
 def resumed_config(saved: DictConfig, overrides: list[str]) -> DictConfig:
@@ -166,6 +167,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     baselines = evaluate_baselines(cfg, datamodule)
     strategy = trainer.strategy
     best_meta = read_meta(best_path)
+    telemetry = next((c for c in trainer.callbacks if isinstance(c, Telemetry)), None)
     resumes = [json.loads(line) for line in (run_dir / RESUMES_FILE).read_text().splitlines()] \
         if (run_dir / RESUMES_FILE).exists() else []
 
@@ -185,6 +187,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
         "resumes": resumes,
+        "telemetry": telemetry.summary() if telemetry else None,
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
         **origin,
@@ -198,6 +201,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if results:
         write_json(results, {"name": cfg.results_name, **metrics})
 
+    if metrics["telemetry"]:
+        print("\n" + format_summary(metrics["telemetry"]))
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
     if "invalid_rate" in metrics["metrics"]["test"]:
         print(f"\nInvalid semantic IDs among the decoded top-{task.model.top_k}: "
@@ -205,6 +210,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
           f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
           f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")
+
     return metrics
 
 

@@ -3,8 +3,8 @@
 :func:`check_train_config` checks the value types of the keys genrec reads and every ``trainer.*`` key against
 ``lightning.Trainer``'s signature, so ``trainer.max_epochs=abc`` is a one-line error naming the key, not a
 traceback after the data was loaded. :func:`build_trainer` builds the Trainer with the run's callbacks and loggers
-(config groups ``callbacks`` and ``logger``) plus what genrec always adds: the best and last checkpoints and the
-exact-resume state.
+(config groups ``callbacks`` and ``logger``) plus what genrec always adds: telemetry (unless
+``telemetry.enabled=false``), the best and last checkpoints and the exact-resume state.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.telemetry import Telemetry
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
 TRAIN_KEYS: dict[str, tuple[type, ...]] = {
@@ -30,10 +31,12 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
     "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
-    "resume_from": (str, type(None)), "model.dim": (int,),
+    "resume_from": (str, type(None)), "model.dim": (int,), "telemetry.enabled": (bool,),
+    "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
 }
 #: of those, the ones that must be positive
-POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
+POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
+            "telemetry.every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
 
@@ -134,11 +137,16 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     """The Trainer of a run in ``run_dir`` (no data needed) and its best-checkpoint callback.
 
     Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
-    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place."""
+    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place. Telemetry is added here, not
+    through the ``callbacks`` group, so that every run has it (``callbacks=none`` keeps it) and ``metrics.json``
+    always has its summary."""
     monitor = f"val/{cfg.eval.monitor}"
     checkpoints = run_dir / CHECKPOINT_DIR
     best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
     callbacks = [instantiate(node) for node in (cfg.get("callbacks") or {}).values()]
+    telemetry = cfg.get("telemetry")
+    if telemetry is not None and telemetry.enabled:
+        callbacks.append(Telemetry(telemetry.every_n_steps, telemetry.nvml))
     callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
