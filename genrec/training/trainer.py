@@ -16,12 +16,13 @@ from typing import Any
 import lightning as L
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
+from genrec.training.loggers import TrackerRuns, read_continuations
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 from genrec.training.telemetry import Telemetry
 
@@ -120,15 +121,18 @@ def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     return kwargs
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None) -> list:
-    """The loggers of ``cfg.logger``, each built with ``save_dir=run_dir``; a resumed TensorBoard log hides the
-    events the killed process wrote after the checkpoint (``purge_step``)."""
-    loggers = []
+def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None) -> dict[str, tuple[Logger, DictConfig]]:
+    """The loggers of ``cfg.logger`` by name, with their config nodes, each built with ``save_dir=run_dir``. A
+    resumed run's loggers continue what the first process started: its TensorBoard log hides the events written
+    after the checkpoint (``purge_step``), its trackers continue their runs (``<run>/trackers.json``, see
+    :class:`~genrec.training.loggers.TrackerRuns`)."""
+    continuations = read_continuations(run_dir) if resume_step is not None else {}
+    loggers = {}
     for name, node in (cfg.get("logger") or {}).items():
-        extra = {}
+        extra = dict(continuations.get(name, {}))
         if resume_step is not None and node.get("_target_") == f"{TensorBoardLogger.__module__}.TensorBoardLogger":
             extra["purge_step"] = resume_step
-        loggers.append(instantiate(node, save_dir=str(run_dir), **extra))
+        loggers[name] = (instantiate(node, save_dir=str(run_dir), **extra), node)
     return loggers
 
 
@@ -147,10 +151,13 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     telemetry = cfg.get("telemetry")
     if telemetry is not None and telemetry.enabled:
         callbacks.append(Telemetry(telemetry.every_n_steps, telemetry.nvml))
+    loggers = build_loggers(cfg, run_dir, resume_step)
+    callbacks.append(TrackerRuns(run_dir, loggers, OmegaConf.to_container(cfg, resolve=True),
+                                 resumed=resume_step is not None))
     callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
-                            logger=build_loggers(cfg, run_dir, resume_step))
+                            logger=[logger for logger, _ in loggers.values()])
     except (MisconfigurationException, ValueError, TypeError) as err:
         raise ConfigError("trainer", " ".join(str(err).split())) from None
     return trainer, best
