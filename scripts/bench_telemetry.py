@@ -218,7 +218,7 @@ def main() -> None:
               f"{r['overhead_median']:>+15.2%}{span:>19}{r['cpu_overhead_median']:>+14.2%}{cpu_span:>19}"
               f"{own['telemetry_us_per_step']:>18.1f}{own['share_of_step']:>9.3%}")
     write_json(Path(args.out), {
-        "name": "bench_telemetry",
+        "kind": "bench_telemetry",
         "settings": {"pairs": args.pairs, "steps": args.steps, "warmup": args.warmup, "every_n_steps": args.every,
                      "threads": args.threads, "seed": args.seed, "data": "synthetic (the default preset)"},
         "goal": "telemetry adds < 2% to a training step",
