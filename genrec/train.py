@@ -1,7 +1,8 @@
 """Train a sequential recommender: ``genrec-train`` or ``python -m genrec.train`` (Hydra CLI).
 
 One run = one folder (``runs/<data>-<model>/<time>/`` by default, see :mod:`genrec.runs`): the resolved
-``config.yaml``, ``metrics.json`` (model and baselines, validation and test, and the checkpoint they came from),
+``config.yaml``, ``metrics.json`` (model and baselines, validation and test, the checkpoint they came from, and the
+training telemetry's summary),
 ``checkpoints/``, CSV and TensorBoard logs and ``curves.png``. With ``results_name=<name>`` the metrics also go to
 ``<results_dir>/<name>.json`` for docs/results.md.
 
@@ -210,7 +211,6 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
           f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
           f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")
-
     return metrics
 
 

@@ -106,8 +106,10 @@ def test_comparison_report_diffs_the_configs(runs, tmp_path):
                                 re.S).group(1))
     assert [r["label"] for r in data["runs"]] == [str(first), str(second)]
     # the second run logged every step of its 2 epochs: the curve the page draws has them all
-    steps = json.loads((second / "metrics.json").read_text())["steps_run"]
-    assert [p[0] for p in data["runs"][1]["curves"]["train/loss_step"]] == list(range(steps))
+    metrics = json.loads((second / "metrics.json").read_text())
+    assert [p[0] for p in data["runs"][1]["curves"]["train/loss_step"]] == list(range(metrics["steps_run"]))
+    # one validation point per epoch (not the best checkpoint's re-validation after training)
+    assert [p[0] for p in data["runs"][1]["curves"]["val/ndcg@10"]] == list(range(metrics["epochs_run"]))
 
 
 def test_a_wrong_run_folder_is_one_line_and_writes_nothing(runs, tmp_path):
@@ -135,6 +137,10 @@ def test_bad_run_folders_are_user_errors(runs, tmp_path):
     (broken / "metrics.json").write_text('{"kind": "tokenize"}')
     with pytest.raises(UserError, match="genrec-tokenize folder"):
         write_report([str(broken)])
+    (broken / "metrics.json").write_text((first / "metrics.json").read_text())
+    (broken / "logs" / "metrics.csv").write_text("epoch,step,train/loss_step\n0,1,abc\n")
+    with pytest.raises(DataError, match=r"metrics.csv:2: column 'train/loss_step': expected numbers, got 'abc'"):
+        write_report([str(broken)])
     with pytest.raises(UserError, match="named twice"):
         write_report([str(first), str(first)])
     assert not (broken / "report.html").exists() and not (first / "report.html.partial").exists()
@@ -149,8 +155,8 @@ def test_report_of_a_run_over_semantic_ids_shows_tokenizer_health(tiny_run, tmp_
     cache = tiny_run[1]["config"]["data"]["cache_dir"]
     data = TINY_RUN[:3] + [f"data.cache_dir={cache}"]
     sid = tmp_path / "sid"
-    health = tokenize(_compose("tokenize", data + ["encoder=categorical", "tokenizer=rkmeans",
-                                                   "tokenizer.num_levels=2", "tokenizer.codebook_size=8", "threads=1"]), sid)
+    health = tokenize(_compose("tokenize", data + ["encoder=categorical", "tokenizer=rkmeans", "threads=1",
+                                                   "tokenizer.num_levels=2", "tokenizer.codebook_size=8"]), sid)
     run = tmp_path / "sid_gpt"
     train_entry.run(_compose("train", TINY_RUN + [f"data.cache_dir={cache}", "model=sid_gpt", f"sid_table={sid}",
                                                   "model.backbone.num_layers=1", "model.backbone.ffn_dim=32",

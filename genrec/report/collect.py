@@ -101,24 +101,30 @@ def _x_axis(column: str) -> str:
 
 def read_curves(path: Path) -> dict[str, list[list[float]]]:
     """Every metric column of a CSV log as ``[[x, value], ...]`` (rows without the value skipped)."""
+    try:
+        with open(path, newline="") as f:
+            return _curves(path, csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DataError(path, f"cannot be read as a CSV log: {' '.join(str(err).split())}") from None
+
+
+def _curves(path: Path, reader: csv.DictReader) -> dict[str, list[list[float]]]:
     curves: dict[str, list[list[float]]] = {}
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        if "step" not in fields:
-            raise DataError(path, "expected a CSV log with a 'step' column (written by genrec-train)")
-        for line, row in enumerate(reader, start=2):
-            for column in fields:
-                if column in ("step", "epoch") or not row.get(column):
-                    continue
-                try:
-                    x = float(row[_x_axis(column)] or "nan")
-                    value = float(row[column])
-                except ValueError:
-                    raise DataError(path, f"column {column!r}: expected numbers, got {row[column]!r}",
-                                    line=line) from None
-                if math.isfinite(x) and math.isfinite(value):
-                    curves.setdefault(column, []).append([x, value])
+    fields = reader.fieldnames or []
+    if "step" not in fields:
+        raise DataError(path, "expected a CSV log with a 'step' column (written by genrec-train)")
+    for line, row in enumerate(reader, start=2):
+        for column in fields:
+            if column in ("step", "epoch") or not row.get(column):
+                continue
+            try:
+                x = float(row.get(_x_axis(column)) or "nan")
+                value = float(row[column])
+            except ValueError:
+                raise DataError(path, f"column {column!r}: expected numbers, got {row[column]!r}",
+                                line=line) from None
+            if math.isfinite(x) and math.isfinite(value):
+                curves.setdefault(column, []).append([x, value])
     return curves
 
 
@@ -161,6 +167,10 @@ def read_run(path: str | Path) -> RunData:
         notes.append("metrics.json not found: the run has not finished (curves so far are shown)")
     csv_log = folder.path / CSV_LOG
     curves = read_curves(csv_log) if csv_log.is_file() else {}
+    if metrics is not None and "epochs_run" in metrics:
+        # genrec-train re-validates the best checkpoint after training, logged at epoch = epochs_run: not a curve point
+        curves = {column: [p for p in points if not (column.startswith("val/") and p[0] >= metrics["epochs_run"])]
+                  for column, points in curves.items()}
     if not curves:
         notes.append(f"no training curves: {csv_log} not found or empty (the run logged with logger=csv?)")
     evaluation = _evaluation(folder.path)

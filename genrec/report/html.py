@@ -84,8 +84,12 @@ def telemetry_table(runs: list[RunData]) -> str:
         if not t:
             continue
         gpu = t.get("gpu") or {}
-        gpu_text = _e(f"skipped: {gpu['skipped']}") if "skipped" in gpu else \
-            _e(f"{gpu.get('util_pct_mean', 0):.0f}% util, {gpu.get('gpu_memory_used_gib', 0):.2f} GiB") if gpu else "n/a"
+        if "skipped" in gpu:
+            gpu_text = _e(f"skipped: {gpu['skipped']}")
+        elif gpu:
+            gpu_text = _e(f"{gpu['util_pct_mean']:.0f}% util, {gpu['gpu_memory_used_gib']:.2f} GiB")
+        else:
+            gpu_text = "n/a"
         shares = t.get("parts_share") or {}
         rows.append([_e(run.label), _e(t.get("steps")), _number(t.get("samples_per_s"), ",.1f"),
                      _number(t.get("positions_per_s"), ",.0f"), _number((t.get("step_ms") or {}).get("mean"), ".2f"),
@@ -113,8 +117,10 @@ def tokenizer_tables(runs: list[RunData]) -> str:
                   for level in health.get("levels", [])]
         before, after = health.get("collisions_before") or {}, health.get("collisions_after") or {}
         recon = health.get("reconstruction") or {}
-        out.append(f"<h3>{_e(run.label)}: {_e(t.get('tokenizer', '?'))} over {_e((t.get('encoder') or {}).get('name', '?'))}"
-                   f" embeddings, codebooks {_e((t.get('sid_table') or {}).get('codebook_sizes', '?'))}</h3>"
+        encoder = (t.get("encoder") or {}).get("name", "?")
+        sizes = (t.get("sid_table") or {}).get("codebook_sizes", "?")
+        out.append(f"<h3>{_e(run.label)}: {_e(t.get('tokenizer', '?'))} over {_e(encoder)} embeddings, codebooks "
+                   f"{_e(sizes)}</h3>"
                    + _table(["level", "kind", "codes", "used", "usage", "normalised entropy", "perplexity",
                              "max items / code"], levels)
                    + f"<p>Colliding items: {_e(before.get('colliding_items', '?'))} "

@@ -1,15 +1,16 @@
 """The run's loggers: the CSV log kept across resumes, and the experiment trackers continued across resumes.
 
-**The CSV log** (``<run>/logs/metrics.csv``): Lightning's CSVLogger deletes an existing ``metrics.csv`` when it starts; a resumed run must append instead, after
-dropping the rows the killed process logged past its last checkpoint (the resumed run logs those steps again):
-:class:`~genrec.training.resume.ResumeState` calls :meth:`RunCSVLogger.truncate` with the checkpoint's global step.
-Rows are written as they are logged, so a killed process loses none it had logged.
+**The CSV log** (``<run>/logs/metrics.csv``): Lightning's CSVLogger deletes an existing ``metrics.csv`` when it
+starts; a resumed run must append instead, after dropping the rows the killed process logged past its last
+checkpoint (the resumed run logs those steps again): :class:`~genrec.training.resume.ResumeState` calls
+:meth:`RunCSVLogger.truncate` with the checkpoint's global step. Rows are written as they are logged, so a killed
+process loses none it had logged.
 
 **Trackers** (MLflow, Weights & Biases): when training starts, :class:`TrackerRuns` writes ``<run>/trackers.json``,
 for every logger that can continue its run, the keyword arguments that make a new logger continue it (MLflow: the
-run ID and the absolute tracking URI; W&B: the run ID with ``resume="allow"``); a resumed run's loggers are built with
-them (:func:`genrec.training.trainer.build_loggers`). On a new run it also logs the run's resolved config to every
-logger as hyperparameters (not on a resume: MLflow refuses to change a logged parameter).
+run ID and the absolute tracking URI; W&B: the run ID with ``resume="allow"``); a resumed run's loggers are built
+with them (:func:`genrec.training.trainer.build_loggers`). On a new run it also logs the run's resolved config to
+every logger as hyperparameters (not on a resume: MLflow refuses to change a logged parameter).
 """
 from __future__ import annotations
 
