@@ -24,6 +24,7 @@ from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
 from genrec.training.loggers import TrackerRuns, read_continuations
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.tables import DynamicTablesCheckpoint
 from genrec.training.telemetry import Telemetry
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
@@ -35,9 +36,10 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "resume_from": (str, type(None)), "model.dim": (int,), "telemetry.enabled": (bool,),
     "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
 }
-#: of those, the ones that must be positive
+#: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
             "telemetry.every_n_steps"}
+NON_NEGATIVE = {"optim.weight_decay", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
 
@@ -105,6 +107,8 @@ def check_train_config(cfg: DictConfig) -> None:
             raise ConfigError(key, f"got {value!r}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds))
         if key in POSITIVE and value <= 0:
             raise ConfigError(key, f"got {value!r}, expected a positive value")
+        if key in NON_NEGATIVE and value < 0:
+            raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
 
 
@@ -141,9 +145,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     """The Trainer of a run in ``run_dir`` (no data needed) and its best-checkpoint callback.
 
     Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
-    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place. Telemetry is added here, not
-    through the ``callbacks`` group, so that every run has it (``callbacks=none`` keeps it) and ``metrics.json``
-    always has its summary."""
+    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place; dynamic embedding tables are
+    snapshotted beside them (:mod:`genrec.training.tables`). Telemetry is added here, not through the ``callbacks``
+    group, so that every run has it (``callbacks=none`` keeps it) and ``metrics.json`` always has its summary."""
     monitor = f"val/{cfg.eval.monitor}"
     checkpoints = run_dir / CHECKPOINT_DIR
     best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
@@ -154,7 +158,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     loggers = build_loggers(cfg, run_dir, resume_step)
     callbacks.append(TrackerRuns(run_dir, loggers, OmegaConf.to_container(cfg, resolve=True),
                                  resumed=resume_step is not None))
-    callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
+    callbacks += [ResumeState(), DynamicTablesCheckpoint(checkpoints), best,
+                  LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                             logger=[logger for logger, _ in loggers.values()])
