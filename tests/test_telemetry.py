@@ -136,3 +136,34 @@ def test_batch_counts_of_a_jagged_batch():
                         user_ids=torch.tensor([0, 1]))
     assert batch_counts(batch) == (2, 7)
     assert batch_counts({"x": torch.zeros(3)}) == (0, 0)
+
+
+def test_a_dynamic_tables_counters_are_logged_every_n_steps(tmp_path):
+    """A real dynamic item table (genrec.embedding.dynamic, tier 2 on RocksDB): its counters are telemetry rows
+    every N steps, and the summary holds the table's counters as training left them."""
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "data.reader.num_users=300", "data.reader.num_items=600", "data.reader.num_clusters=6",
+            "data.max_len=20", "data.batch_size=8", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+            "+trainer.enable_model_summary=false", "+trainer.limit_val_batches=0", "model.dim=16",
+            "loss@model.loss=sampled", "model.loss.num_negatives=8", "embedding@model.embedding=dynamic",
+            "model.embedding.capacity=300", "model.embedding.pinned_batches=1", "callbacks=none", "logger=csv",
+            "telemetry.every_n_steps=3", "baselines=[]", "threads=1", f"data.cache_dir={tmp_path / 'cache'}",
+            f"model.embedding.store.path={tmp_path / 'store'}"])
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids)
+    trainer, _ = build_trainer(cfg, tmp_path / "run")
+    trainer.fit(task, datamodule=datamodule)
+    table = task.model.item_embedding
+    try:
+        summary = next(c for c in trainer.callbacks if isinstance(c, Telemetry)).summary()
+        assert summary["counters"] == {"model.item_embedding": {k: float(v) for k, v in table.counters().items()}}
+        assert summary["counters"]["model.item_embedding"]["evicted"] > 0  # the table is smaller than the catalogue
+        rows = pd.read_csv(tmp_path / "run" / "logs" / "metrics.csv").dropna(subset=["telemetry/step_ms"])
+        assert rows["step"].tolist() == [s - 1 for s in range(3, trainer.global_step + 1, 3)]
+        evicted = rows["telemetry/counters/model.item_embedding/evicted"]
+        assert evicted.is_monotonic_increasing and evicted.iloc[-1] <= summary["counters"]["model.item_embedding"][
+            "evicted"]
+    finally:
+        table.close()
