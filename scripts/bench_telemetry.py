@@ -3,7 +3,8 @@
 For each model preset (SASRec and HSTU on the synthetic default), ``--pairs`` pairs of short trainings run in this
 process, one with ``telemetry.enabled=true`` and one with ``false``, the order alternating from pair to pair
 (on-off, off-on, ...). Each training is the first ``--steps`` steps of an epoch, with the run's default loggers
-(CSV + TensorBoard, so telemetry's rows are written as in a real run), no validation; a step's time is measured by
+(CSV + TensorBoard, so telemetry's rows are written as in a real run; a row every ``--every`` steps, by default
+4x as often as a run's default, so that the timed steps include writing rows), no validation; a step's time is measured by
 a callback present in both arms: every step's wall time after the first ``--warmup`` (end of one step to the end
 of the next) and the process's CPU time. Per pair three ratios ``on / off - 1``: of the mean step, of the mean CPU
 time per step, and of the fastest step (the least disturbed on a shared machine; it misses the steps that log).
@@ -55,7 +56,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--pairs", type=int, default=7, help="on/off pairs per model")
     p.add_argument("--steps", type=int, default=15, help="timed training steps per training (within the first epoch)")
     p.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
-    p.add_argument("--every", type=int, default=20, help="telemetry.every_n_steps (and trainer.log_every_n_steps)")
+    p.add_argument("--every", type=int, default=5,
+                   help="telemetry.every_n_steps and trainer.log_every_n_steps (default 5, 4x as often as a run's "
+                        "default 20, so that rows are written inside the timed steps)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: steadiest on a shared machine)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "results" / "bench_telemetry.json"))
@@ -205,6 +208,9 @@ def bench_model(model: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
 
 def main() -> None:
     args = _parse()
+    if args.every > args.steps:
+        raise SystemExit(f"--every {args.every} > --steps {args.steps}: no telemetry row would be written in the "
+                         "timed steps, and the cost of writing one would not be measured")
     origin = provenance()  # the commit checked out when the benchmark started
     torch.set_num_threads(args.threads)
     results = {}
