@@ -38,7 +38,7 @@ from genrec.eval.metrics import evaluate
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.plots import plot_curves
-from genrec.training.tables import close_tables
+from genrec.training.tables import check_table_config, close_tables
 from genrec.training.telemetry import Telemetry, format_summary
 from genrec.training.trainer import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
@@ -110,6 +110,7 @@ def _split_metrics(logged: dict[str, Any], prefix: str) -> dict[str, float]:
 def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
     """Everything checkable before the data loads -> the checkpoint to resume from (or None)."""
     check_train_config(cfg)
+    check_table_config(cfg)
     unknown = [b for b in cfg.baselines if b not in BASELINES]
     if unknown:
         raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")

@@ -15,7 +15,8 @@ Sections (each prints its table; all go to ``results/bench_dynamic.json``):
   offline; tier-0 hit rates vs exact per-ID simulations of LRU / LFU-with-decay on the same stream (goal: within
   1 point).
 * ``prefetch``: a training step (lookup + an MLP over each row + fused update) at a 10% tier 0 with tier 2, with
-  and without prefetching, vs the same step with everything in memory (goal: prefetched <= 1.2x).
+  and without prefetching (and prefetching with the mapping in numpy instead of the compiled kernels), vs the
+  same step with everything in memory (goal: prefetched <= 1.2x).
 * ``sasrec``: a SASRec training step on the dynamic table (everything fits, admission always) vs the static
   TorchRec table (goal: overhead <= 10%).
 * ``larger_than_memory``: in a child process, a table growing to >= 4x a memory budget (tier 0 + bookkeeping +
@@ -28,6 +29,7 @@ Usage::
 
     python scripts/bench_dynamic.py            # the full run (about 30 min on 2 shared cores)
     python scripts/bench_dynamic.py --quick    # small sizes, to check the script
+    python scripts/bench_dynamic.py --sections prefetch --out results/bench_dynamic_prefetch.json   # one section
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from genrec.embedding.dynamic import DynamicTable, DynamicTableConfig  # noqa: E402
+from genrec.embedding.dynamic import DynamicTable, DynamicTableConfig, native  # noqa: E402
 from genrec.embedding.dynamic.prefetch import Prefetcher  # noqa: E402
 from genrec.embedding.dynamic.store import LmdbStore, RocksStore, directory_bytes  # noqa: E402
 from genrec.embedding.dynamic.table import as_bytes, lookup, record_dtype, tier0_bytes  # noqa: E402
@@ -355,7 +357,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     small = max(distinct // 10, 3 * BATCH)
     variants = {"all_in_memory": (table(dim, distinct + 10), 0),
                 "tier0_10pct": (table(dim, small, store={"path": str(folder / "plain")}), 0),
-                "tier0_10pct_prefetch": (table(dim, small, store={"path": str(folder / "ahead")}), 1)}
+                "tier0_10pct_prefetch": (table(dim, small, store={"path": str(folder / "ahead")}), 1),
+                "tier0_10pct_prefetch_numpy": (table(dim, small, store={"path": str(folder / "numpy")}), 1)}
     towers = {name: Tower(dim, hidden) for name in variants}
     optimizers = {name: torch.optim.AdamW(towers[name].parameters(), lr=1e-3) for name in variants}
     prefetchers = {name: Prefetcher(t, depth) for name, (t, depth) in variants.items() if depth}
@@ -363,7 +366,10 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     position = {name: 0 for name in variants}
 
     def run(name: str, steps: int, timed: bool) -> None:
+        """``steps`` training steps of a variant; ``*_numpy``: the table's mapping without the compiled kernels
+        (numpy, holding the interpreter lock)."""
         t, _ = variants[name]
+        native._loaded[:] = [None] if name.endswith("_numpy") else [kernels]
         prefetcher = prefetchers.get(name)
         first = position[name]
         for i in range(first, first + steps):
@@ -380,12 +386,14 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
                 times[name].append(time.perf_counter() - began)
         position[name] = first + steps
 
+    kernels = native.load()
     warm = batches // 2
     for name in variants:  # fill the tables: the first half of the stream, untimed
         run(name, warm, timed=False)
     while position["all_in_memory"] + block <= batches:
         for name in variants:
             run(name, block, timed=True)
+    native._loaded[:] = [kernels]
     for p in prefetchers.values():
         p.close()
     medians = {name: statistics.median(v) for name, v in times.items()}
@@ -397,7 +405,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
             "median_step_s": medians, "ratio_vs_all_in_memory": {k: v / base for k, v in medians.items()},
             "hit_rate_tier0": {k: c["hit_rate_tier0"] for k, c in counters.items()},
             "hit_rate_tier2": {k: c["hit_rate_tier2"] for k, c in counters.items()},
-            "same_result": counters["tier0_10pct"]["evicted"] == counters["tier0_10pct_prefetch"]["evicted"]}
+            "compiled_kernels": kernels is not None,
+            "same_result": len({c["evicted"] for name, c in counters.items() if name != "all_in_memory"}) == 1}
 
 
 # ---------------------------------------------------------------------------------------------------- sasrec
@@ -518,11 +527,19 @@ def bench_larger_than_memory(budget_mib: int, ratio: float, max_batches: int, fo
 
 
 # ---------------------------------------------------------------------------------------------------- main
+RUNNERS = {"stores": bench_stores, "exactness": bench_exactness, "remap": bench_remap, "zipf": bench_zipf,
+           "prefetch": bench_prefetch, "sasrec": bench_sasrec, "larger_than_memory": bench_larger_than_memory}
+#: the sections that keep stores on disk (in a scratch folder of their own)
+ON_DISK = ("stores", "exactness", "prefetch", "larger_than_memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (checks the script, not the goals)")
     parser.add_argument("--scratch", default=None, help="folder for the stores (default: a temporary folder)")
     parser.add_argument("--out", default=str(ROOT / "results" / "bench_dynamic.json"))
+    parser.add_argument("--sections", nargs="+", choices=list(RUNNERS), default=list(RUNNERS),
+                        help="run only these sections (default: all); the file records which ran")
     parser.add_argument("--larger-than-memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -546,30 +563,18 @@ def main() -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     log(f"scratch folder {scratch} ({shutil.disk_usage(scratch).free / 2**30:.0f} GiB free), "
         f"{available_gib():.1f} GiB memory available")
-    results: dict = {"kind": "bench_dynamic", "quick": q, "sizes": sizes, "threads": 1, "batch": BATCH,
+    results: dict = {"kind": "bench_dynamic", "quick": q, "sections": args.sections, "sizes": sizes, "threads": 1,
+                     "batch": BATCH,
                      "machine_note": "2 cores shared with other engineers' jobs; one torch thread"}
     try:
-        log("stores")
-        results["stores"] = bench_stores(**sizes["stores"], folder=scratch / "stores")
-        shutil.rmtree(scratch / "stores")
-        log(json.dumps(results["stores"]["results"]))
-        log("exactness")
-        results["exactness"] = bench_exactness(**sizes["exactness"], folder=scratch / "exactness")
-        shutil.rmtree(scratch / "exactness", ignore_errors=True)
-        log("remap")
-        results["remap"] = bench_remap(**sizes["remap"])
-        log("zipf")
-        results["zipf"] = bench_zipf(**sizes["zipf"])
-        log("prefetch")
-        results["prefetch"] = bench_prefetch(**sizes["prefetch"], folder=scratch / "prefetch")
-        shutil.rmtree(scratch / "prefetch", ignore_errors=True)
-        log(json.dumps(results["prefetch"]["ratio_vs_all_in_memory"]))
-        log("sasrec")
-        results["sasrec"] = bench_sasrec(**sizes["sasrec"])
-        log(f"sasrec overhead {results['sasrec']['overhead']:+.1%}")
-        log("larger than memory")
-        results["larger_than_memory"] = bench_larger_than_memory(**sizes["larger_than_memory"],
-                                                                 folder=scratch / "larger")
+        for section in args.sections:
+            log(section)
+            if section in ON_DISK:
+                results[section] = RUNNERS[section](**sizes[section], folder=scratch / section)
+                shutil.rmtree(scratch / section, ignore_errors=True)
+            else:
+                results[section] = RUNNERS[section](**sizes[section])
+            log(json.dumps(results[section])[:2000])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     out = write_json(Path(args.out), {**results, **provenance()})

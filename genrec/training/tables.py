@@ -31,7 +31,8 @@ from torch import nn
 from genrec.dist.checkpoint import read_meta
 from genrec.embedding.dynamic import DynamicItemEmbedding
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
-from genrec.errors import DataError
+from genrec.embedding.dynamic.config import DynamicTableConfig
+from genrec.errors import ConfigError, DataError
 
 #: the checkpoint key naming the snapshot folder, relative to the checkpoint's folder
 STATE_KEY = "genrec_dynamic_tables"
@@ -52,6 +53,22 @@ def close_tables(module: nn.Module) -> None:
     """Stop the tables' background threads and close their stores (a run that finished training)."""
     for table in dynamic_tables(module).values():
         table.close()
+
+
+def check_table_config(cfg: DictConfig) -> None:
+    """A dynamic item table's settings (``model.embedding``), checked before the data loads: a bad value is a
+    :class:`ConfigError` naming its key (``model.embedding.capacity``)."""
+    node = OmegaConf.select(cfg, "model.embedding")
+    if node is None or node.get("_target_") not in ("genrec.embedding.dynamic.DynamicItemEmbedding",
+                                                    f"{DynamicItemEmbedding.__module__}.DynamicItemEmbedding"):
+        return
+    settings = OmegaConf.to_container(node, resolve=True)
+    for key in ("_target_", "feature"):
+        settings.pop(key, None)
+    try:
+        DynamicTableConfig.build(settings.pop("dim", None), settings.pop("capacity", None), **settings)
+    except ConfigError as err:
+        raise ConfigError(f"model.{err.key}", str(err).split(": ", 1)[1]) from None
 
 
 def private_stores(cfg: DictConfig) -> DictConfig:

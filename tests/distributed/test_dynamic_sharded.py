@@ -27,9 +27,15 @@ pytestmark = pytest.mark.dist
 WORLD, NUM_ITEMS, DIM, STEPS = 2, 40, 16, 4
 
 
-def make_task(store: str | None, optimizer: str) -> RetrievalTask:
+#: case -> (row optimizer, admission): min_count counts the input items only, on the shard that owns each one
+CASES = {"rowwise_adagrad": ("rowwise_adagrad", {"policy": "always"}), "adam": ("adam", {"policy": "always"}),
+         "min_count": ("rowwise_adagrad", {"policy": "min_count", "min_count": 2})}
+
+
+def make_task(store: str | None, case: str) -> RetrievalTask:
     torch.manual_seed(0)
-    embedding = DynamicItemEmbedding(NUM_ITEMS, DIM, capacity=64, init_std=0.3, seed=7,
+    optimizer, admission = CASES[case]
+    embedding = DynamicItemEmbedding(NUM_ITEMS, DIM, capacity=64, init_std=0.3, seed=7, admission=admission,
                                      optimizer={"name": optimizer, "lr": 0.1}, store={"path": store})
     model = SequentialRecommender(embedding, SASRec(DIM, num_layers=1, num_heads=2, max_len=8, dropout=0.0))
     return RetrievalTask(model, FullSoftmaxLoss(), lr=1e-2)
@@ -40,7 +46,7 @@ def worker(rank: int, folder: str) -> None:
     torch.set_num_threads(1)
     result = {}
     try:
-        for optimizer in ("rowwise_adagrad", "adam"):
+        for optimizer in CASES:
             task = make_task(f"{folder}/store-{optimizer}", optimizer)
             dense = task.configure_optimizers()
             losses = []
@@ -57,7 +63,8 @@ def worker(rank: int, folder: str) -> None:
                 losses.append(total.item() / WORLD)
             task.eval()
             result[optimizer] = {"losses": losses, "table": task.model.all_item_vectors().clone(),
-                                 "dense": task.model.encoder.blocks[0].ffn[0].weight.detach().clone()}
+                                 "dense": task.model.encoder.blocks[0].ffn[0].weight.detach().clone(),
+                                 "admitted": task.model.item_embedding.counters()["admitted"]}
             if optimizer == "adam":
                 emb = task.model.item_embedding
                 result["local_ids"] = sorted(emb.local_table.index.items()[0].tolist())
@@ -83,7 +90,8 @@ def reference(optimizer: str, store: str) -> dict:
         losses.append(loss.item())
     task.eval()
     out = {"losses": losses, "table": task.model.all_item_vectors(),
-           "dense": task.model.encoder.blocks[0].ffn[0].weight.detach().clone()}
+           "dense": task.model.encoder.blocks[0].ffn[0].weight.detach().clone(),
+           "admitted": task.model.item_embedding.counters()["admitted"]}
     task.model.item_embedding.close()
     return out
 
@@ -98,10 +106,13 @@ def results(tmp_path_factory):
     return out, folder
 
 
-@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "adam"])
+@pytest.mark.parametrize("optimizer", list(CASES))
 def test_two_processes_train_like_one_on_the_global_batch(results, optimizer, tmp_path):
     out, _ = results
     expected = reference(optimizer, str(tmp_path / "store"))
+    assert sum(out[rank][optimizer]["admitted"] for rank in range(WORLD)) == expected["admitted"]
+    if optimizer == "min_count":
+        assert 0 < expected["admitted"] < NUM_ITEMS  # only items seen twice as inputs, whatever the loss scored
     for rank in range(WORLD):
         got = out[rank][optimizer]
         assert got["losses"] == pytest.approx(expected["losses"], abs=1e-5)

@@ -181,3 +181,21 @@ def test_module_prefetch_maps_the_next_step_ahead_with_the_same_result(tmp_path)
         results.append(model.all_item_vectors())
         emb.close()
     assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("admission", [{"policy": "min_count", "min_count": 2},
+                                       {"policy": "probability", "probability": 1.0}])
+def test_only_input_items_count_towards_admission(admission):
+    """The full softmax scores every item at every step: those candidate lookups are not occurrences, so an item
+    gets a row once it occurred `min_count` times as an input (or, under `probability`, only when it occurred)."""
+    emb = _dynamic_embedding(admission=admission).train()
+    model = SequentialRecommender(emb, SASRec(DIM, num_layers=1, num_heads=2, max_len=8, dropout=0.0))
+    loss_fn, seen = FullSoftmaxLoss(), {}
+    for batch in _batches(3):
+        model.training_loss(batch, loss_fn).backward()
+        for i in batch.item_ids.tolist():
+            seen[i] = seen.get(i, 0) + 1
+        expected = {i for i, n in seen.items() if n >= admission.get("min_count", 1)}
+        table = emb.local_table
+        has_row = {i for i in range(NUM_ITEMS + 1) if table.index.find(np.array([i]))[0] >= 0}
+        assert has_row == expected and len(expected) < NUM_ITEMS

@@ -1,7 +1,7 @@
 """A dynamic item table through genrec-train, genrec-eval and genrec-export: the table is snapshotted beside the
 run's checkpoints (tier 0 + the SSD tier), the test metrics come from the best checkpoint's table (genrec-eval
 reproduces them), the counters reach metrics.json and the logs, and the export holds every admitted row keyed by
-raw ID, or a delta since a version."""
+raw ID, or a delta since a version; a bad table setting stops genrec-train with one line."""
 import json
 
 import numpy as np
@@ -16,6 +16,8 @@ from genrec.conf import CONF_DIR
 from genrec.embedding.dynamic.export import apply_export
 from genrec.export import cli as export_cli
 from genrec.training.builders import load_run
+from tests.conftest import TINY_RUN
+from tests.test_cli_errors import _cli, _one_line_error
 
 TINY_DYNAMIC = ["data.reader.num_users=300", "data.reader.num_items=600", "data.reader.num_clusters=6",
                 "data.max_len=20", "data.batch_size=8", "trainer.max_epochs=3", "trainer.enable_progress_bar=false",
@@ -72,3 +74,16 @@ def test_export_holds_every_admitted_row_by_raw_id_and_deltas(dynamic_run, tmp_p
     with pytest.raises(ValueError, match="a delta since version"):
         apply_export(ids, rows, tmp_path / "delta" / "item_table_rows", version=since + 1)
     assert json.loads((tmp_path / "delta" / "manifest.json").read_text())["artifacts"]["item_table_rows"] == delta
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("model.embedding.capacity=0", "model.embedding.capacity: must be a positive number of tier-0 rows, got 0"),
+    ("model.embedding.admission.policy=sometimes", "model.embedding.admission.policy: must be one of"),
+    ("model.embedding.store.path=/etc/hostname/store",
+     "model.embedding.store.path: /etc/hostname/store is not a writable folder"),
+])
+def test_bad_table_configs_stop_genrec_train_in_one_line_before_the_data_loads(override, expected, tmp_path):
+    proc = _cli("genrec.train", *TINY_RUN, "embedding@model.embedding=dynamic", override,
+                f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", expected)
+    assert not (tmp_path / "cache").exists()

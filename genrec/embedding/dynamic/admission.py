@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from genrec.embedding.dynamic import native
 from genrec.embedding.dynamic.hashing import mix64, uniform01
 
 ADMISSION_POLICIES = ("always", "min_count", "probability")
@@ -40,6 +41,14 @@ class CountMinSketch:
 
     def add(self, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Add ``(B,)`` occurrence ``counts`` of ``(B,)`` IDs; returns their ``(B,)`` estimates after the add."""
+        lib = native.load()
+        if lib is not None:
+            ids, counts = np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(counts, dtype=np.int64)
+            estimates = np.empty(len(ids), dtype=np.int64)
+            lib.genrec_sketch_add(native.ptr(self.counts), self.width, self.depth, self.seed % 2**64,
+                                  native.ptr(ids), native.ptr(counts), len(ids), native.ptr(estimates))
+            self.total += int(counts.sum())
+            return estimates
         columns = self._columns(ids)
         for r in range(self.depth):
             np.add.at(self.counts[r], columns[r], counts)
@@ -48,6 +57,12 @@ class CountMinSketch:
 
     def estimate(self, ids: np.ndarray) -> np.ndarray:
         """``(B,)`` IDs -> ``(B,)`` estimated counts."""
+        lib = native.load()
+        if lib is not None:
+            ids, estimates = np.ascontiguousarray(ids, dtype=np.int64), np.empty(len(ids), dtype=np.int64)
+            lib.genrec_sketch_add(native.ptr(self.counts), self.width, self.depth, self.seed % 2**64,
+                                  native.ptr(ids), None, len(ids), native.ptr(estimates))
+            return estimates
         return self.counts[np.arange(self.depth)[:, None], self._columns(ids)].min(axis=0)
 
     def error_bound(self) -> float:
@@ -77,13 +92,13 @@ class Admission:
         self.sketch = CountMinSketch(sketch_width, sketch_depth, seed) if policy == "min_count" else None
 
     def admit(self, ids: np.ndarray, counts: np.ndarray, step: int) -> np.ndarray:
-        """``(B,)`` distinct IDs that have no row, with their ``(B,)`` occurrence counts in batch ``step`` ->
-        ``(B,)`` bool: which to admit now."""
+        """``(B,)`` distinct IDs that have no row, with their ``(B,)`` occurrence counts in batch ``step`` (0: looked
+        up without occurring, e.g. a loss's candidate) -> ``(B,)`` bool: which to admit now."""
         if self.policy == "always":
             return np.ones(len(ids), dtype=bool)
         if self.policy == "min_count":
             return self.sketch.add(ids, counts) >= self.min_count
-        return uniform01(ids, self.seed, salt=step) < self.probability
+        return (counts > 0) & (uniform01(ids, self.seed, salt=step) < self.probability)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         if self.sketch is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from genrec.embedding.dynamic import native
 from genrec.embedding.dynamic.hashing import mix64
 
 _SEED = 0xB100F11
@@ -29,11 +30,22 @@ class BloomFilter:
         return np.concatenate([mix64(ids, _SEED + h) & self.mask for h in range(self.hashes)])
 
     def add(self, ids: np.ndarray) -> None:
+        lib = native.load()
+        if lib is not None:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+            lib.genrec_bloom_add(native.ptr(self.words), int(self.mask), self.hashes, _SEED, native.ptr(ids), len(ids))
+            return
         positions = self._positions(ids)
         np.bitwise_or.at(self.words, positions >> np.uint64(6), np.uint64(1) << (positions & np.uint64(63)))
 
     def maybe(self, ids: np.ndarray) -> np.ndarray:
         """``(N,)`` IDs -> ``(N,)`` bool: False only for IDs never added."""
+        lib = native.load()
+        if lib is not None:
+            ids, out = np.ascontiguousarray(ids, dtype=np.int64), np.empty(len(ids), dtype=bool)
+            lib.genrec_bloom_maybe(native.ptr(self.words), int(self.mask), self.hashes, _SEED, native.ptr(ids),
+                                   len(ids), native.ptr(out))
+            return out
         positions = self._positions(ids)
         bits = (self.words[positions >> np.uint64(6)] >> (positions & np.uint64(63))) & np.uint64(1)
         return bits.reshape(self.hashes, len(ids)).all(axis=0)

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from genrec.embedding.dynamic import native
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -34,6 +36,12 @@ def string_ids(strings: Iterable[str]) -> np.ndarray:
 
 def mix64(ids: np.ndarray, seed: int = 0) -> np.ndarray:
     """``(*,)`` int64 or uint64 -> ``(*,)`` uint64: SplitMix64 of ``id + seed * golden``."""
+    lib = native.load()
+    if lib is not None:
+        x = np.ascontiguousarray(np.asarray(ids).view(np.uint64))
+        out = np.empty_like(x)
+        lib.genrec_mix64(native.ptr(x), x.size, seed % 2**64, native.ptr(out))
+        return out
     with np.errstate(over="ignore"):
         x = np.asarray(ids).view(np.uint64) + np.uint64(seed % 2**64) * _GOLDEN
         shifted = np.empty_like(x)
@@ -61,7 +69,12 @@ def init_rows(ids: np.ndarray, dim: int, seed: int, bound: float) -> np.ndarray:
     """``(N,)`` int64 raw IDs -> ``(N, dim)`` float32 rows uniform in ``[-bound, bound)``: with
     ``h = mix64(mix64(id_i, seed) + (k + 1) * C)``, element ``(i, 2k)`` takes bits 40..63 of ``h`` and element
     ``(i, 2k + 1)`` bits 8..31 (24 bits each: exact in float32)."""
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    lib = native.load()
+    if lib is not None:
+        out = np.empty((len(ids), dim), dtype=np.float32)
+        lib.genrec_init_rows(native.ptr(ids), len(ids), dim, seed % 2**64, float(bound), native.ptr(out))
+        return out
     pairs = (dim + 1) // 2
     with np.errstate(over="ignore"):
         base = mix64(ids, seed)[:, None] + (np.arange(1, pairs + 1, dtype=np.uint64) * _COLUMN)[None, :]

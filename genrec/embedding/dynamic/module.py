@@ -78,17 +78,18 @@ class DynamicItemEmbedding(nn.Module):
     def _times(self) -> np.ndarray | None:
         return None if self._event_time is None else np.array([self._event_time])
 
-    def _rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """``(B,)`` -> ``(B, D)``: a training step (mapped now, or taken from the prefetcher) or a read."""
+    def _rows(self, ids: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B,)`` -> ``(B, D)``: a training step (mapped now, or taken from the prefetcher) or a read.
+        ``counted``: ``(B,)`` bool, the IDs that count towards admission (None: all)."""
         table = self.dynamic
         if not (self.training and torch.is_grad_enabled()):
             return table.read(ids)
         if isinstance(table, ShardedDynamicTable):
-            return table.lookup(ids, self._times())
+            return table.lookup(ids, self._times(), counted)
         if self._prefetcher is not None and self._prefetcher.pending:
             mapped = self._prefetcher.take(ids)
         else:
-            mapped = table.map(ids, self._times())
+            mapped = table.map(ids, self._times(), counted)
         return lookup(table, mapped)
 
     def prefetch(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> None:
@@ -100,17 +101,23 @@ class DynamicItemEmbedding(nn.Module):
             raise ValueError("prefetching a sharded dynamic table is not supported (its mapping is collective)")
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self.dynamic, self.config.prefetch_depth)
-        self._prefetcher.submit(self._values(features, item_ids), self._times())
+        self._prefetcher.submit(*self._values(features, item_ids))
 
-    def _values(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> torch.Tensor:
-        return torch.cat([features[self.feature].values(), item_ids.reshape(-1)])
+    def _values(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The IDs of one :meth:`forward_with_items` call ``(N + C,)``, its event time and which IDs count towards
+        admission ``(N + C,)``: the inputs (occurrences of the feature), not the loss's candidates."""
+        inputs = features[self.feature].values()
+        counted = torch.arange(inputs.numel() + item_ids.numel()) < inputs.numel()
+        return torch.cat([inputs, item_ids.reshape(-1)]), self._times(), counted
 
     def forward_with_items(self, features: KeyedJaggedTensor, item_ids: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """One lookup of the inputs ``features[feature]`` (``N`` values) and of ``item_ids (*,)``
-        -> ``((N, D), (*, D))``."""
+        -> ``((N, D), (*, D))``. Only the inputs count towards admission (``min_count``, ``probability``): the
+        items a loss scores are looked up, not seen."""
         n = features[self.feature].values().numel()
-        out = self._rows(self._values(features, item_ids))
+        ids, _, counted = self._values(features, item_ids)
+        out = self._rows(ids, counted)
         return out[:n], out[n:].reshape(*item_ids.shape, self.dim)
 
     def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:

@@ -71,9 +71,12 @@ class Prefetcher:
         """Batches submitted and not yet taken."""
         return self._submitted
 
-    def submit(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None) -> None:
-        """Queue a future batch (blocks while ``depth`` batches wait to be mapped)."""
-        self._todo.put((_numpy(ids), None if times is None else _numpy(times)))
+    def submit(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None,
+               counted: np.ndarray | torch.Tensor | None = None) -> None:
+        """Queue a future batch (blocks while ``depth`` batches wait to be mapped); arguments as
+        :meth:`DynamicTable.map`'s."""
+        self._todo.put((_numpy(ids), None if times is None else _numpy(times),
+                        None if counted is None else _numpy(counted).astype(bool)))
         self._submitted += 1
 
     def take(self, ids: np.ndarray | torch.Tensor) -> MappedBatch:

@@ -30,8 +30,9 @@ class ShardedDynamicTable:
         dist.all_to_all_single(out, send.contiguous(), recv_splits, send_splits, group=self.group)
         return out
 
-    def _route(self, ids: np.ndarray) -> dict:
-        """Distinct IDs of ``ids (B,)`` sent to their owners: what this process sends and receives."""
+    def _route(self, ids: np.ndarray, counted: np.ndarray | None = None) -> dict:
+        """Distinct IDs of ``ids (B,)`` sent to their owners with their counts (and the counts of those that
+        count towards admission, ``counted (B,)`` bool): what this process sends and receives."""
         unique, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
         order = np.argsort(owner(unique, self.world_size), kind="stable")
         send_splits = np.bincount(owner(unique, self.world_size), minlength=self.world_size)
@@ -40,6 +41,10 @@ class ShardedDynamicTable:
                  "send": send_splits.tolist(), "recv": recv_splits.tolist(), "unique": len(unique)}
         route["ids"] = self._all_to_all(torch.from_numpy(unique[order]), route["send"], route["recv"]).numpy()
         route["counts"] = self._all_to_all(torch.from_numpy(counts[order]), route["send"], route["recv"]).numpy()
+        if counted is not None:
+            occurrences = np.bincount(inverse[counted], minlength=len(unique))
+            route["occurrences"] = self._all_to_all(torch.from_numpy(occurrences[order]), route["send"],
+                                                    route["recv"]).numpy()
         return route
 
     def _return(self, rows: torch.Tensor, route: dict) -> torch.Tensor:
@@ -49,10 +54,12 @@ class ShardedDynamicTable:
         ordered[route["order"]] = got
         return ordered[route["inverse"]]
 
-    def lookup(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None
-               ) -> torch.Tensor:
-        """Training lookup (one step on every process; collective): ``(B,)`` raw IDs -> ``(B, D)``."""
-        return _ShardedLookup.apply(_ANCHOR, self, _numpy(ids), times)
+    def lookup(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None,
+               counted: np.ndarray | torch.Tensor | None = None) -> torch.Tensor:
+        """Training lookup (one step on every process; collective): ``(B,)`` raw IDs -> ``(B, D)``; ``times`` and
+        ``counted`` as :meth:`DynamicTable.map`'s."""
+        counted = None if counted is None else _numpy(counted).astype(bool)
+        return _ShardedLookup.apply(_ANCHOR, self, _numpy(ids), times, counted)
 
     @torch.no_grad()
     def read(self, ids: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -71,10 +78,15 @@ class ShardedDynamicTable:
 
 class _ShardedLookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchor, sharded: ShardedDynamicTable, ids: np.ndarray, times) -> torch.Tensor:
-        route = sharded._route(ids)
+    def forward(ctx, anchor, sharded: ShardedDynamicTable, ids: np.ndarray, times, counted) -> torch.Tensor:
+        route = sharded._route(ids, counted)
         table = sharded.local
-        mapped = table.map(np.repeat(route["ids"], route["counts"]), sharded.batch_time(times))
+        counts = route["counts"]
+        received_counted = None
+        if counted is not None:  # of each received ID's copies, the first `occurrences` count
+            within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            received_counted = within < np.repeat(route["occurrences"], counts)
+        mapped = table.map(np.repeat(route["ids"], counts), sharded.batch_time(times), received_counted)
         first = torch.from_numpy(np.cumsum(route["counts"]) - route["counts"])
         ctx.sharded, ctx.route, ctx.mapped = sharded, route, mapped
         ctx.entry = mapped.inverse[first]  # received ID -> index into mapped.unique_rows
@@ -87,4 +99,4 @@ class _ShardedLookup(torch.autograd.Function):
         received = sharded._all_to_all(per_id[route["order"]], route["send"], route["recv"])
         summed = grad.new_zeros(len(mapped.unique_rows), grad.shape[1]).index_add_(0, ctx.entry, received)
         sharded.local.apply_summed(mapped, summed / sharded.world_size)
-        return None, None, None, None
+        return None, None, None, None, None

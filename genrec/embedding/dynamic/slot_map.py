@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from genrec.embedding.dynamic import native
 from genrec.embedding.dynamic.hashing import mix64
 
 EMPTY, DELETED = -1, -2
@@ -44,6 +45,12 @@ class SlotMap:
         """``(B,)`` IDs -> (``(B,)`` values or -1, ``(B,)`` index position or -1)."""
         found = np.full(len(ids), EMPTY, dtype=np.int64)
         where = np.full(len(ids), -1, dtype=np.int64)
+        lib = native.load()
+        if lib is not None:
+            ids = np.ascontiguousarray(ids)
+            lib.genrec_slot_find(native.ptr(self.entries), self._mask, _INDEX_SEED, native.ptr(ids), len(ids),
+                                 native.ptr(found), native.ptr(where))
+            return found, where
         position = self._start(ids)
         todo = np.arange(len(ids))
         while len(todo):
@@ -67,6 +74,13 @@ class SlotMap:
             raise OverflowError(f"SlotMap holds at most {self.capacity} IDs; {self.live} + {len(ids)} asked")
         if self.live + self.deleted + len(ids) > 3 * (self._mask + 1) // 4:
             self._rebuild()
+        lib = native.load()
+        if lib is not None:
+            ids, values = np.ascontiguousarray(ids), np.ascontiguousarray(values, dtype=np.int64)
+            self.deleted -= lib.genrec_slot_insert(native.ptr(self.entries), self._mask, _INDEX_SEED,
+                                                   native.ptr(ids), native.ptr(values), len(ids))
+            self.live += len(ids)
+            return
         position = self._start(ids)
         todo = np.arange(len(ids))
         while len(todo):

@@ -128,9 +128,14 @@ class DynamicTable:
         return Path(self.config.store.path) / f"rank{self.rank}"
 
     # ---------------------------------------------------------------- mapping (training)
-    def map(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None) -> MappedBatch:
+    def map(self, ids: np.ndarray | torch.Tensor, times: np.ndarray | torch.Tensor | None = None,
+            counted: np.ndarray | torch.Tensor | None = None) -> MappedBatch:
         """Map one training batch of ``(B,)`` raw IDs (with optional ``(B,)`` event times) to tier-0 rows: admit new
-        IDs, fetch stored rows, evict to make room. One call = one step."""
+        IDs, fetch stored rows, evict to make room. One call = one step.
+
+        ``counted``: ``(B,)`` bool, the IDs that are occurrences of the feature and count towards admission (None:
+        all of them); the others (the items a loss scores: its positives and negatives) are looked up, and read
+        their row if they have one, but neither count nor, under ``probability``, draw an admission."""
         ids = _numpy(ids)
         with self.lock:
             self.step += 1
@@ -139,6 +144,8 @@ class DynamicTable:
             if self.config.eviction.ttl is not None and step % self.config.eviction.ttl_every == 0:
                 self._expire_tier0(step)
             unique, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+            occurrences = counts if counted is None else np.bincount(
+                inverse[_numpy(counted).astype(bool)], minlength=len(unique))
             rows = self.index.find(unique)
             hit = rows >= 0
             self.eviction.pin(rows[hit], step)
@@ -146,7 +153,7 @@ class DynamicTable:
             missing = np.flatnonzero(~hit)
             stored, records = self._fetch(unique[missing])
             new = missing[~stored]
-            admitted = new[self.admission.admit(unique[new], counts[new], step)]
+            admitted = new[self.admission.admit(unique[new], occurrences[new], step)]
             incoming = np.sort(np.concatenate([missing[stored], admitted]))  # positions in `unique`
             slots = self._allocate(len(incoming), step)
             rows[incoming] = slots
