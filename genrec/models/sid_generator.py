@@ -19,7 +19,7 @@ from torch import nn
 from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
 from genrec.models.backbones import TokenBackbone, as_backbone
-from genrec.models.generative import GenerativeRecommender
+from genrec.models.generative import GenerativeRecommender, TargetLogProbs
 from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
 from genrec.tokenize.sid_table import SIDTable
@@ -69,28 +69,30 @@ class SIDGenerator(GenerativeRecommender):
     def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
         return F.log_softmax(self._logits(states, level).float(), dim=-1)
 
-    def loss(self, batch: JaggedBatch) -> torch.Tensor:
+    def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
-        of each user's items plus the last target, every token predicted from the ones before it."""
+        of each user's items plus the last target, every token predicted from the ones before it. The targets are
+        every item of those sequences (``P = N + B``), user after user; a user's first item is predicted from the
+        start token alone (no position of ``batch`` predicts it: ``positions`` is -1 there)."""
         levels = self.sids.num_levels
         # each user's items followed by its last target: (N + B,) jagged by offsets + arange
         full_offsets = batch.offsets + torch.arange(batch.batch_size + 1, device=batch.offsets.device)
         row, _ = jagged_index(batch.offsets)
+        at_input = torch.arange(len(batch.item_ids), device=row.device) + row
         items = torch.empty(len(batch.item_ids) + batch.batch_size, dtype=torch.int64, device=batch.item_ids.device)
-        items[torch.arange(len(batch.item_ids), device=row.device) + row] = batch.item_ids
+        items[at_input] = batch.item_ids
         items[full_offsets[1:] - 1] = batch.target_ids[batch.offsets[1:] - 1]
+        # item j of a user (j >= 1) is the target of the batch's position j - 1 of that user
+        positions = torch.full_like(items, -1)
+        positions[at_input + 1] = torch.arange(len(batch.item_ids), device=row.device)
         tokens, token_offsets = self._sequences(batch, items, full_offsets)
         # inputs: every token but each sequence's last; labels: every item token (level = position % L)
         keep = torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)
         keep[token_offsets[1:] - 1] = False
         states = self.backbone(self.tokens.lookup(tokens[keep]), full_offsets * levels)
-        labels = self.sids.codes[items].flatten()
-        level_of = torch.arange(len(labels), device=labels.device) % levels
-        total = states.new_zeros(())
-        for level in range(levels):
-            at = level_of == level
-            total = total + F.cross_entropy(self._logits(states[at], level), labels[at], reduction="sum")
-        return total / len(labels)
+        states = states.view(len(items), levels, -1)
+        return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
+                              items, positions)
 
     def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sequences(batch, batch.item_ids, batch.offsets)
@@ -111,11 +113,24 @@ class SIDGenerator(GenerativeRecommender):
         last = row_offsets[1:, None] - prefix.shape[1] - 1 + torch.arange(prefix.shape[1] + 1, device=users.device)
         return states[last]
 
-    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor, use_cache: bool = True) -> torch.Tensor:
+        """Differentiable. With a KV-cached backbone the history runs once per user and each candidate adds its
+        ``L - 1`` code tokens (the decoder's cache, as in beam search); ``use_cache=False`` runs the backbone on
+        every (user, candidate) sequence whole."""
+        codes = self.sids.codes[items]  # (B, M, L)
+        if use_cache and self.backbone.supports_cache:
+            users, width = items.shape
+            decoder = _CachedDecoder(self, *self._history(batch))
+            total = decoder.start().gather(1, codes[..., 0])  # (B, M)
+            decoder.select(torch.arange(users, device=items.device).repeat_interleave(width))
+            for level in range(self.sids.num_levels - 1):
+                logp = decoder.step(codes[..., level].flatten(), level)  # (B * M, K_{level + 1})
+                total = total + logp.gather(1, codes[..., level + 1].reshape(-1, 1)).view(users, width)
+            return total
         tokens = self.sids.item_tokens(items.flatten())  # (B * M, L)
         users = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
         states = self._run_rows(self._history(batch), users, tokens[:, :-1])  # (B * M, L, D)
-        codes = self.sids.codes[items.flatten()]
+        codes = codes.flatten(0, 1)
         logp = torch.stack([self._level_log_probs(states[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
                             for level in range(self.sids.num_levels)], dim=1)
         return logp.sum(1).view(items.shape)

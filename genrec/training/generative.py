@@ -15,7 +15,9 @@ class GenerativeTask(RecommenderTask):
     """Trains a :class:`GenerativeRecommender` with its own loss; evaluates by beam search: the beam's ``top_k``
     items become a score matrix ranked by genrec's evaluator, so Recall/NDCG at cut-offs up to ``top_k`` are exact
     for the beam's list and MRR counts only targets inside it. Also reported: ``invalid_rate``, the share of
-    returned tuples that map to no item (0 with constrained decoding).
+    returned tuples that map to no item (0 with constrained decoding), and ``target_log_prob``, the mean
+    teacher-forced ``log p(target | history)`` of the users' true next items (does a stage make the true item more
+    or less likely, beam or not).
 
     Args:
         model: the generative recommender.
@@ -42,8 +44,9 @@ class GenerativeTask(RecommenderTask):
         return self._beam_scorer
 
     def eval_extras(self, reduce: Reduce) -> dict[str, float]:
-        decoded, invalid = reduce(torch.tensor(self._beam_scorer.pop_counts(), dtype=torch.float64)).tolist()
-        return {"invalid_rate": invalid / max(decoded, 1.0)}
+        decoded, invalid, users, log_prob = reduce(torch.tensor(self._beam_scorer.pop_counts(),
+                                                                dtype=torch.float64)).tolist()
+        return {"invalid_rate": invalid / max(decoded, 1.0), "target_log_prob": log_prob / max(users, 1.0)}
 
     def notes(self, metrics: dict[str, float]) -> list[str]:
         return [f"Invalid semantic IDs among the decoded top-{self.model.top_k}: {metrics['invalid_rate']:.2%} "

@@ -30,7 +30,7 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
     "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
-    "resume_from": (str, type(None)), "model.dim": (int,),
+    "resume_from": (str, type(None)), "init_from": (str, type(None)), "model.dim": (int,),
 }
 #: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
