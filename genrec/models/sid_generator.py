@@ -5,7 +5,9 @@ A user's sequence is ``[BOS or user token, c(i_1, 0), ..., c(i_1, L-1), c(i_2, 0
 ``L`` code tokens. Training is next-token prediction at every position of each training sequence (one pass per
 user, as for SASRec); each position predicts a token of a known level, so its softmax runs over that level's codes
 only. Token embeddings come from a TorchRec table (:class:`genrec.embedding.ItemEmbedding` over the token
-vocabulary, the same module the ID-based models use) and the output layer is tied to it.
+vocabulary, the same module the ID-based models use) and the output layer is tied to it, unless the backbone owns
+a vocabulary (:class:`~genrec.models.backbones.HFVocabLM`, LC-Rec style): then the SID tokens are added to the
+language model's own vocabulary and its input embeddings and LM head are used.
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
@@ -42,7 +44,15 @@ class SIDGenerator(GenerativeRecommender):
                  beam: int = 20, top_k: int = 20, constrained: bool = True):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
         self.backbone: TokenBackbone = as_backbone(backbone)
-        self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+        if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
+            self.backbone.add_tokens(self.sids.vocab_size)
+            self.tokens = None
+        else:
+            self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``(*,)`` tokens -> ``(*, D)`` input embeddings."""
+        return self.backbone.embed(tokens) if self.tokens is None else self.tokens.lookup(tokens)
 
     def _start_tokens(self, batch: JaggedBatch) -> torch.Tensor:
         if self.sids.user_buckets:
@@ -64,6 +74,8 @@ class SIDGenerator(GenerativeRecommender):
 
     def _logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
         """``(..., D)`` states -> ``(..., K_level)`` logits over the level's codes (tied to the token table)."""
+        if self.tokens is None:
+            return self.backbone.logits(states, self.sids.level_slice(level))
         return states @ self.tokens.table()[self.sids.level_slice(level)].T
 
     def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
@@ -89,7 +101,7 @@ class SIDGenerator(GenerativeRecommender):
         # inputs: every token but each sequence's last; labels: every item token (level = position % L)
         keep = torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)
         keep[token_offsets[1:] - 1] = False
-        states = self.backbone(self.tokens.lookup(tokens[keep]), full_offsets * levels)
+        states = self.backbone(self.embed(tokens[keep]), full_offsets * levels)
         states = states.view(len(items), levels, -1)
         return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
                               items, positions)
@@ -109,7 +121,7 @@ class SIDGenerator(GenerativeRecommender):
         if prefix.shape[1]:
             in_prefix = col - (lengths[row] - prefix.shape[1])  # position within the prefix, < 0 in the history
             values = torch.where(in_prefix >= 0, prefix[row, in_prefix.clamp(min=0)], values)
-        states = self.backbone(self.tokens.lookup(values), row_offsets)
+        states = self.backbone(self.embed(values), row_offsets)
         last = row_offsets[1:, None] - prefix.shape[1] - 1 + torch.arange(prefix.shape[1] + 1, device=users.device)
         return states[last]
 
@@ -153,7 +165,7 @@ class _CachedDecoder:
         valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
         at = (row, col + longest - lengths[row])  # left padding: every row ends at the last column
         padded[at], valid[at] = tokens, True
-        self.first_states, self.cache = model.backbone.prefill(model.tokens.lookup(padded), valid)
+        self.first_states, self.cache = model.backbone.prefill(model.embed(padded), valid)
 
     def start(self) -> torch.Tensor:
         return self.model._level_log_probs(self.first_states, 0)
@@ -162,7 +174,7 @@ class _CachedDecoder:
         self.cache = self.model.backbone.select(self.cache, rows)
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
-        x = self.model.tokens.lookup(codes + self.model.sids.offsets[level])
+        x = self.model.embed(codes + self.model.sids.offsets[level])
         return self.model._level_log_probs(self.model.backbone.step(x, self.cache), level + 1)
 
 

@@ -29,7 +29,7 @@ from genrec.errors import ConfigError
 from genrec.eval.baselines import item_popularity
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import LOSSES, preference_loss
-from genrec.training.generative import GenerativeTask
+from genrec.training.generative import GenerativeTask, global_mean
 
 log = logging.getLogger("genrec.train")
 
@@ -249,7 +249,7 @@ class AlignTask(GenerativeTask):
         for name, value in stats.items():
             self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
                      sync_dist=True)
-        return loss
+        return global_mean(loss, batch.batch_size)
 
     def run_info(self) -> dict[str, Any]:
         a = self.align

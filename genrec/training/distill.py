@@ -18,7 +18,7 @@ from genrec.errors import ConfigError
 from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.recommender import SequentialRecommender
-from genrec.training.generative import GenerativeTask
+from genrec.training.generative import GenerativeTask, global_mean
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class DistillTask(GenerativeTask):
         for name, value in (("nll", nll), ("distill", distill)):
             self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
                      sync_dist=True)
-        return nll + self.distill.weight * distill
+        return global_mean(nll + self.distill.weight * distill, len(targets.items))
 
     def run_info(self) -> dict[str, Any]:
         d = self.distill

@@ -5,10 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from genrec.data.batch import JaggedBatch
 from genrec.models.generative import BeamScorer, GenerativeRecommender
+from genrec.training.fsdp import FSDPStrategy, shard_generator
 from genrec.training.task import RecommenderTask, Reduce, Scorer
+
+
+def global_mean(loss: torch.Tensor, count: int) -> torch.Tensor:
+    """A process's mean ``loss`` over its ``count`` terms, times ``count * world / global count``: data-parallel
+    gradient averaging then gives the gradient of the mean over every term of every process (batches of jagged
+    sequences hold different numbers of targets per process). Identity in one process."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return loss
+    local = torch.tensor(float(count), dtype=torch.float64, device=loss.device)
+    total = local.clone()
+    dist.all_reduce(total)
+    return loss * (local * dist.get_world_size() / total).to(loss.dtype)
 
 
 class GenerativeTask(RecommenderTask):
@@ -37,7 +51,16 @@ class GenerativeTask(RecommenderTask):
         self.model.exclude_history = value  # removed inside the beam's last step
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        return self.model.loss(batch)
+        """Mean next-token loss; with several processes rescaled so that the averaged gradient is that of the mean
+        over every code token of the global batch (see :func:`global_mean`)."""
+        targets = self.model.target_log_probs(batch)
+        return global_mean(targets.nll(self.model.sids.codes[targets.items]), len(targets.items))
+
+    def configure_model(self) -> None:
+        """Under fully sharded training (Lightning's ModelParallelStrategy) shard the generator (FSDP2)."""
+        strategy = self.trainer.strategy
+        if isinstance(strategy, FSDPStrategy):
+            shard_generator(self.model, self.device_mesh["data_parallel"], strategy.fsdp.reshard_after_forward)
 
     def make_scorer(self) -> Scorer:
         self._beam_scorer = self.model.scorer()  # counts the tuples that are no item

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
+from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
@@ -109,8 +110,19 @@ def check_train_config(cfg: DictConfig) -> None:
 
 def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     """``cfg.trainer`` as keyword arguments; with ``sharding.type`` set, the strategy is genrec's
-    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process."""
+    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process; with
+    ``fsdp.enabled``, Lightning's ModelParallelStrategy (FSDP2, genrec/training/fsdp.py)."""
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    fsdp = FSDPConfig.from_config(cfg.get("fsdp"))
+    if fsdp.enabled:
+        if kwargs.get("strategy", "auto") != "auto":
+            raise ConfigError("trainer.strategy", f"fsdp=full trains with Lightning's ModelParallelStrategy: leave "
+                                                  f"trainer.strategy at auto (got {kwargs['strategy']!r})")
+        if cfg.get("sharding") and cfg.sharding.get("type"):
+            raise ConfigError("fsdp", "fsdp=full shards a generative model's dense backbone; sharding= shards "
+                                      "TorchRec tables: choose one")
+        kwargs["strategy"] = FSDPStrategy(fsdp, kwargs.get("devices", 1))
+        return kwargs
     sharding = ShardingConfig.from_config(cfg.sharding)
     if sharding.enabled:
         if kwargs.get("strategy", "auto") != "auto":
