@@ -213,8 +213,12 @@ class HFCausalLM(TokenBackbone):
         if max_len is not None and limit is not None and max_len > limit:
             raise UserError(f"model.backbone: sequences of up to {max_len} tokens, but the model takes at most "
                             f"{limit} positions (max_position_embeddings)")
-        if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if gradient_checkpointing:  # transformers 5 renamed it activation checkpointing
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # transformers 5 renamed `past_key_values` to `cache`
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
@@ -257,20 +261,24 @@ class HFVocabLM(HFCausalLM):
     weights frozen; :meth:`save_adapter` writes the adapter alone, :meth:`merge` folds it into the weights for export.
 
     Args:
-        pretrained / config / max_len / gradient_checkpointing: as :class:`HFCausalLM`.
+        pretrained / config / max_len / gradient_checkpointing: as :class:`HFCausalLM`. A ``pretrained`` folder
+            saved by :meth:`save_merged` already holds the SID tokens: give ``text_vocab``.
         lora: LoRA settings, or ``None`` for full fine-tuning.
+        adapter: a folder written by :meth:`save_adapter` to load onto the base model (implies LoRA).
+        text_vocab: the size of the text vocabulary before the SID tokens (default: the model's vocabulary).
     """
 
     owns_vocabulary = True
 
     def __init__(self, pretrained: str | None = None, config: dict[str, Any] | None = None, max_len: int | None = None,
-                 gradient_checkpointing: bool = False, lora: dict[str, Any] | None = None):
+                 gradient_checkpointing: bool = False, lora: dict[str, Any] | None = None,
+                 adapter: str | None = None, text_vocab: int | None = None):
         TokenBackbone.__init__(self)
         from transformers import AutoModelForCausalLM
 
         self.lm = load_hf_model(AutoModelForCausalLM, pretrained, config)
-        self.text_vocab = int(self.lm.get_input_embeddings().num_embeddings)
-        self.lora = dict(lora) if lora else None
+        self.text_vocab = int(text_vocab or self.lm.get_input_embeddings().num_embeddings)
+        self.lora, self.adapter = (dict(lora) if lora else None), adapter
         self._setup(max_len, gradient_checkpointing)
 
     @property
@@ -297,7 +305,11 @@ class HFVocabLM(HFCausalLM):
 
     def add_tokens(self, count: int) -> None:
         self.lm.resize_token_embeddings(self.text_vocab + count, mean_resizing=False)
-        if self.lora:
+        if self.adapter:
+            from peft import PeftModel
+
+            self.lm = PeftModel.from_pretrained(self.lm, self.adapter, is_trainable=True)
+        elif self.lora:
             from peft import LoraConfig, get_peft_model
 
             new = list(range(self.text_vocab, self.text_vocab + count))
@@ -326,9 +338,16 @@ class HFVocabLM(HFCausalLM):
         the new token rows), loadable onto the base model with ``PeftModel.from_pretrained``."""
         if not self.is_peft:
             raise UserError("model.backbone: no LoRA adapter to save (model.backbone.lora is null: full fine-tuning)")
-        self.lm.save_pretrained(str(folder))
+        # the resized embedding matrices stay out: the trainable-token rows in the adapter hold every SID token
+        self.lm.save_pretrained(str(folder), save_embedding_layers=False)
 
     def merge(self) -> None:
         """Fold the LoRA adapter into the weights (``merge_and_unload``): a plain causal LM, same outputs."""
         if self.is_peft:
             self.lm = self.lm.merge_and_unload()
+
+    def save_merged(self, folder: str | Path) -> None:
+        """Export: the adapter merged in, the whole causal LM (text vocabulary + SID tokens) with
+        ``save_pretrained``; loads back with ``pretrained=<folder>`` and ``text_vocab``."""
+        self.merge()
+        self.lm.save_pretrained(str(folder))
