@@ -37,6 +37,7 @@ from genrec.eval.metrics import evaluate
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task, init_checkpoint, initialize
 from genrec.training.plots import plot_curves
+from genrec.training.tables import close_tables
 from genrec.training.trainer import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
 
@@ -170,6 +171,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     best_path = Path(best.best_model_path)
     valid = trainer.validate(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
     test = trainer.test(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
+    close_tables(task)
     if not trainer.is_global_zero:
         return {}
     baselines = evaluate_baselines(cfg, datamodule)

@@ -24,6 +24,7 @@ from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
 from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.tables import DynamicTablesCheckpoint
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
 TRAIN_KEYS: dict[str, tuple[type, ...]] = {
@@ -149,12 +150,14 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     """The Trainer of a run in ``run_dir`` (no data needed) and its best-checkpoint callback.
 
     Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
-    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place."""
+    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place; dynamic embedding tables are
+    snapshotted beside them (:mod:`genrec.training.tables`)."""
     monitor = f"val/{cfg.eval.monitor}"
     checkpoints = run_dir / CHECKPOINT_DIR
     best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
     callbacks = [instantiate(node) for node in (cfg.get("callbacks") or {}).values()]
-    callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
+    callbacks += [ResumeState(), DynamicTablesCheckpoint(checkpoints), best,
+                  LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                             logger=build_loggers(cfg, run_dir, resume_step))
