@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Post-training of the decoder-only SID generator, each stage against its control (issue 16), on a reduced synthetic
+# log (DATA below) so that the whole grid fits a shared 2-core machine:
+# 1. a SASRec run (the distillation teacher; its item table also makes the collaborative semantic IDs),
+#    -> results/post_sasrec_seed0.json;
+# 2. collaborative SIDs: residual k-means on the teacher's item table (genrec-tokenize encoder=collaborative);
+# 3. per seed: next-token training (SFT) -> results/post_sft_seed<S>.json; then, each from the SFT run's best
+#    checkpoint (init_from) for the same number of extra epochs and the same optimizer settings:
+#    continued SFT (the control) -> post_sft_more_seed<S>; DPO (1 popularity negative) -> post_dpo_seed<S>;
+#    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
+# then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
+# SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+RUNS=${RUNS:-runs/post}
+DATA=(data.reader.num_users=2000 data.reader.num_items=1000 data.reader.num_clusters=20 data.max_len=50)
+COMMON=(seed=0 threads="${THREADS:-1}" trainer.enable_progress_bar=false overwrite_results=true)
+GENERATOR=(model=sid_gpt model.dim=64 model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256
+           sid_table="$RUNS/sid")
+
+if [ ! -f "$RUNS/teacher/metrics.json" ]; then
+  "$PY" -m genrec.train "${DATA[@]}" "${COMMON[@]}" model=sasrec trainer.max_epochs="${TEACHER_EPOCHS:-30}" \
+    results_name=post_sasrec_seed0 hydra.run.dir="$RUNS/teacher"
+fi
+if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
+  "$PY" -m genrec.tokenize "${DATA[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
+    encoder.run_dir="$RUNS/teacher" tokenizer=rkmeans tokenizer.codebook_size=32 hydra.run.dir="$RUNS/sid"
+fi
+for seed in ${SEEDS:-0 1 2}; do
+  SEEDED=("${COMMON[@]}" seed="$seed")
+  "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" \
+    results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
+  STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
+  for arm in "sft_more" "dpo align=dpo" "sdpo align=sdpo" \
+             "distill distill=teacher distill.teacher=$RUNS/teacher"; do
+    read -r name extra <<< "$arm"
+    # shellcheck disable=SC2086  # extra: the arm's overrides
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${STAGE[@]}" $extra \
+      results_name="post_${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
+  done
+done
+"$PY" scripts/make_results_doc.py
