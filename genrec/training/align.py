@@ -162,7 +162,8 @@ class AlignTask(GenerativeTask):
     """Trains a generative recommender with DPO or S-DPO on preference examples of the training split; evaluates
     like :class:`GenerativeTask`. Logged per step: the loss, the mean chosen and rejected rewards, their margin,
     the reward accuracy and ``train/chosen_log_ratio`` (``log pi - log pi_ref`` of the chosen item: negative when
-    the chosen item's likelihood falls, DPO's known failure).
+    the chosen item's likelihood falls, DPO's known failure); after testing, the same statistics of the tested
+    weights over every training user's example (:meth:`preference_stats`, in :meth:`run_info`).
 
     Args:
         model: the generative recommender (the stage starts from the SFT weights loaded into it).
@@ -182,6 +183,7 @@ class AlignTask(GenerativeTask):
         #: negatives] (U, 1 + K); filled once at the start of the stage or read from the checkpoint
         self.preferences: dict[str, torch.Tensor] | None = None
         self.reference_passes = 0  # how often the reference log-probabilities were computed (once per stage)
+        self.final_stats: dict[str, float] | None = None  # preference_stats of the tested weights
 
     # ---- the cache ---------------------------------------------------------------------------------------------
 
@@ -217,6 +219,38 @@ class AlignTask(GenerativeTask):
             log.info("alignment: %s negatives and reference log-probabilities of every training user",
                      self.align.negatives)
             self.preferences = self.build_preferences(datamodule.data, datamodule.max_len)
+
+    @torch.no_grad()
+    def preference_stats(self, data: SequenceData, max_len: int) -> dict[str, float]:
+        """The preference loss and :meth:`training_loss`'s statistics over every training user's example, by the
+        model as it is now (eval mode) against the cached reference: what the stage did to the chosen and rejected
+        items' likelihoods."""
+        was_training = self.model.training
+        self.model.eval()
+        examples = preference_examples(data, max_len)
+        cache, sums = self.preferences, {}
+        for rows, batch in examples.batches(self.reference_batch_size):
+            users = torch.from_numpy(examples.users[rows])
+            candidates = torch.cat([cache["chosen"][users, None], cache["negatives"][users]], dim=1)
+            policy = self.model.item_log_probs(batch.to(self.device), candidates.to(self.device)).float().cpu()
+            reference = cache["reference_log_probs"][users]
+            result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
+                                     self.align.beta)
+            stats = {"loss": result.losses.mean(), **result.stats(),
+                     "chosen_log_ratio": (policy[:, 0] - reference[:, 0]).mean(),
+                     "rejected_log_ratio": (policy[:, 1:] - reference[:, 1:]).mean()}
+            for name, value in stats.items():
+                sums[name] = sums.get(name, 0.0) + float(value) * len(rows)
+        self.model.train(was_training)
+        return {name: total / len(examples.users) for name, total in sums.items()}
+
+    def on_test_end(self) -> None:
+        """The tested weights' (the best checkpoint's) preference statistics, for :meth:`run_info` (none when the
+        weights were loaded without the stage's cache, e.g. by genrec-eval)."""
+        datamodule = self.trainer.datamodule
+        if self.preferences is None or datamodule is None:
+            return
+        self.final_stats = self.preference_stats(datamodule.data, datamodule.max_len)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.preferences is not None:
@@ -258,4 +292,5 @@ class AlignTask(GenerativeTask):
                           "sft_weight": a.sft_weight, "disable_dropout": a.disable_dropout,
                           "examples": "one per training user: prompt = training part minus its last item, chosen = "
                                       "that item; rejected never a training item of the user",
-                          "reference": "the initial (SFT) weights; log-probabilities computed once and cached"}}
+                          "reference": "the initial (SFT) weights; log-probabilities computed once and cached",
+                          "tested_weights_on_training_examples": self.final_stats}}

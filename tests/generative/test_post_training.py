@@ -168,6 +168,24 @@ def test_reference_log_probs_are_computed_once_cached_frozen_and_checkpointed(wo
     assert resumed.reference_passes == 0
     assert torch.equal(resumed.preferences["reference_log_probs"], cached)
     assert torch.equal(resumed.preferences["negatives"], task.preferences["negatives"])
+    # what the steps did, over every training example: policy != reference
+    assert task.preference_stats(dm.data, dm.max_len)["loss"] != pytest.approx(math.log(4), abs=1e-4)
+
+
+def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+              use_distributed_sampler=False).test(task, datamodule=dm, verbose=False)
+    stats = task.run_info()["align"]["tested_weights_on_training_examples"]
+    assert stats == task.preference_stats(dm.data, dm.max_len)
+    for name in ("chosen_log_ratio", "rejected_log_ratio", "chosen_reward", "rejected_reward", "reward_margin"):
+        assert stats[name] == pytest.approx(0.0, abs=1e-5), name
+    assert stats["loss"] == pytest.approx(math.log(1 + 3), abs=1e-5)  # S-DPO with every reward 0
+    assert stats["reward_accuracy"] == 0.0
 
 
 @pytest.mark.parametrize("group, name", [(g, p.stem) for g in ("align", "distill")
