@@ -76,9 +76,13 @@ class GenerativeTask(RecommenderTask):
                 f"(constrained: {self.model.constrained})"]
 
     def run_info(self) -> dict[str, Any]:
-        """The SID table the numbers depend on and how the model decodes."""
+        """The model's parameter counts (all, trainable: LoRA trains a few), the SID table the numbers depend on and
+        how the model decodes."""
         m = self.model
-        return {"sid_table": {"folder": self.sid_table_folder, "content_hash": m.sids.content_hash,
+        parameters = {"total": sum(p.numel() for p in m.parameters()),
+                      "trainable": sum(p.numel() for p in m.parameters() if p.requires_grad)}
+        return {"parameters": parameters,
+                "sid_table": {"folder": self.sid_table_folder, "content_hash": m.sids.content_hash,
                               "codebook_sizes": list(m.sids.codebook_sizes), "tokenizer": m.sid_config},
                 "decoding": {"beam": m.beam, "top_k": m.top_k, "constrained": m.constrained,
                              "history_removal": "history items masked in the beam's last step" if

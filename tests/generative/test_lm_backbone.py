@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from genrec.models.backbones import HFVocabLM
 from genrec.models.preference import preference_loss
 from genrec.models.sid_generator import SIDGenerator
+from genrec.training.generative import GenerativeTask
 from tests.generative.helpers import eval_batch, make_table, one_thread, train_batch
 
 single_thread = pytest.fixture(autouse=True)(one_thread)
@@ -64,6 +65,9 @@ def test_lora_trains_only_the_adapters_and_the_new_token_rows(tied):
     lora = 2 * (4 * (16 + 16) * 2 + 4 * (16 + 8) * 2)
     assert model.backbone.trainable_parameters() == lora + 14 * 16 * (1 if tied else 2)
     assert model.backbone.trainable_parameters() < 0.25 * sum(p.numel() for p in full.parameters())
+    counts = GenerativeTask(model).run_info()["parameters"]  # what a run's metrics.json reports
+    assert counts == {"trainable": model.backbone.trainable_parameters(),
+                      "total": sum(p.numel() for p in model.parameters())}
     train(model, 3)
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
     assert all(not torch.equal(p, trainable[n]) for n, p in model.named_parameters() if "lora_B" in n)
