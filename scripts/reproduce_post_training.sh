@@ -8,6 +8,7 @@
 #    checkpoint (init_from) for the same number of extra epochs and the same optimizer settings:
 #    continued SFT (the control) -> post_sft_more_seed<S>; DPO (1 popularity negative) -> post_dpo_seed<S>;
 #    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
+# 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
 set -euo pipefail
@@ -40,4 +41,16 @@ for seed in ${SEEDS:-0 1 2}; do
       results_name="post_${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
   done
 done
+# 4. the generator on a transformers causal LM whose vocabulary gains the SID tokens (a small random-initialised
+#    llama: no weights can be downloaded here), full fine-tuning vs LoRA, same data, SIDs and epochs (LLM=0: skip)
+if [ "${LLM:-1}" = 1 ]; then
+  LLAMA=(model.backbone.config.num_hidden_layers=2 model.backbone.config.intermediate_size=256
+         model.backbone.config.num_attention_heads=2 model.backbone.config.num_key_value_heads=2)
+  for arm in "llm_full hf_vocab" "llm_lora hf_vocab_lora"; do
+    read -r name backbone <<< "$arm"
+    "$PY" -m genrec.train "${DATA[@]}" "${COMMON[@]}" "${GENERATOR[@]}" backbone@model.backbone="$backbone" \
+      "${LLAMA[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="post_${name}_seed0" \
+      hydra.run.dir="$RUNS/$name-0"
+  done
+fi
 "$PY" scripts/make_results_doc.py
