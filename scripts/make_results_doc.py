@@ -1,7 +1,7 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
-scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py) and tokenizer runs (genrec-tokenize).
+scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_fsdp.py) and tokenizer runs (genrec-tokenize).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -309,6 +309,31 @@ def post_training_tables(files: list[dict]) -> list[str]:
             out.append(f"| {POST_STAGES[stage]} | {a['beta']:g} | {a['num_negatives']} {a['negatives']} | " +
                        " | ".join(f"{statistics.mean(s[k] for s in stats):+.4f}" for k in keys) + " |")
         out.append("")
+    return out
+
+
+def bench_fsdp_tables(files: list[dict]) -> list[str]:
+    """Memory per process of fully sharded training (scripts/bench_fsdp.py)."""
+    out = []
+    for r in files:
+        if r.get("kind") != "bench_fsdp":
+            continue
+        llama = r["model"]["llama"]
+        out += [f"## Benchmark: fully sharded training (fsdp=full), memory per process (`results/{r['name']}.json`)",
+                "", f"The SID generator on a random-initialised llama ({llama['num_hidden_layers']} layers, width "
+                f"{llama['hidden_size']}, text vocabulary {llama['vocab_size']:,} + the SID tokens), {r['steps']} Adam "
+                f"steps on a global batch of {r['global_batch']['sequences']} sequences of "
+                f"{r['global_batch']['length']} items; 1 process unsharded vs 2 gloo processes with FSDP2, alternated, "
+                f"median of {r['rounds']} round(s); {r['machine_note']}.", "",
+                "| processes | parameters | params + grads + Adam per process, MiB | peak RSS above start, MiB |",
+                "|---|---|---|---|"]
+        for row in r["rows"]:
+            out.append(f"| {row['processes']} | {row['parameters']:,} | {row['state_mib']:.1f} | "
+                       f"{row['peak_rss_above_start_mib']:.1f} |")
+        out += ["", f"2 processes / 1: model state {r['state_ratio']:.2f}x, peak RSS {r['peak_ratio']:.2f}x (activations "
+                "and the gathered layer are not sharded); final loss difference "
+                f"{r['max_loss_difference']:.1e} (tests/distributed/test_fsdp.py checks losses and weights to 1e-5). "
+                f"Commit `{r['commit'][:12]}`.", ""]
     return out
 
 
@@ -792,6 +817,7 @@ def main() -> None:
     lines += kernel_tables(files)
     lines += bench_beam_tables(files)
     lines += bench_dynamic_tables(files)
+    lines += bench_fsdp_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")
