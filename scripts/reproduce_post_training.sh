@@ -17,8 +17,8 @@ PY=${PYTHON:-.venv/bin/python}
 RUNS=${RUNS:-runs/post}
 DATA=(data.reader.num_users=2000 data.reader.num_items=1000 data.reader.num_clusters=20 data.max_len=50)
 COMMON=(seed=0 threads="${THREADS:-1}" trainer.enable_progress_bar=false overwrite_results=true)
-GENERATOR=(model=sid_gpt model.dim=64 model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256
-           sid_table="$RUNS/sid")
+GENERATOR=(model=sid_gpt model.dim=64 sid_table="$RUNS/sid")
+GPT=(model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256)
 
 if [ ! -f "$RUNS/teacher/metrics.json" ]; then
   "$PY" -m genrec.train "${DATA[@]}" "${COMMON[@]}" model=sasrec trainer.max_epochs="${TEACHER_EPOCHS:-30}" \
@@ -30,14 +30,14 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
 fi
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
-  "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" \
+  "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" \
     results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
   STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
   for arm in "sft_more" "dpo align=dpo" "sdpo align=sdpo" \
              "distill distill=teacher distill.teacher=$RUNS/teacher"; do
     read -r name extra <<< "$arm"
     # shellcheck disable=SC2086  # extra: the arm's overrides
-    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${STAGE[@]}" $extra \
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" $extra \
       results_name="post_${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
   done
 done
