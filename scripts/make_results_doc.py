@@ -1,7 +1,8 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
-scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_fsdp.py) and tokenizer runs (genrec-tokenize).
+scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_fsdp.py) and tokenizer
+runs (genrec-tokenize).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -330,8 +331,8 @@ def bench_fsdp_tables(files: list[dict]) -> list[str]:
         for row in r["rows"]:
             out.append(f"| {row['processes']} | {row['parameters']:,} | {row['state_mib']:.1f} | "
                        f"{row['peak_rss_above_start_mib']:.1f} |")
-        out += ["", f"2 processes / 1: model state {r['state_ratio']:.2f}x, peak RSS {r['peak_ratio']:.2f}x (activations "
-                "and the gathered layer are not sharded); final loss difference "
+        out += ["", f"2 processes / 1: model state {r['state_ratio']:.2f}x, peak RSS {r['peak_ratio']:.2f}x "
+                "(activations and the gathered layer are not sharded); final loss difference "
                 f"{r['max_loss_difference']:.1e} (tests/distributed/test_fsdp.py checks losses and weights to 1e-5). "
                 f"Commit `{r['commit'][:12]}`.", ""]
     return out

@@ -208,7 +208,8 @@ class AlignTask(GenerativeTask):
         for rows, batch in examples.batches(self.reference_batch_size):
             users = torch.from_numpy(examples.users[rows])
             candidates = torch.cat([chosen[users, None], table[users]], dim=1)
-            reference[users] = self.model.item_log_probs(batch.to(self.device), candidates.to(self.device)).float().cpu()
+            log_probs = self.model.item_log_probs(batch.to(self.device), candidates.to(self.device))
+            reference[users] = log_probs.float().cpu()
         self.model.train(was_training)
         self.reference_passes += 1
         return {"chosen": chosen, "negatives": table, "reference_log_probs": reference}

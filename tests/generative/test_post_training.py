@@ -254,8 +254,8 @@ def test_distillation_with_weight_zero_equals_plain_training(tiny_run, workdir):
         weights[name] = task.model.state_dict()
     assert weights["plain"].keys() == weights["distill"].keys()
     for key, value in weights["plain"].items():
-        same = torch.equal(value, weights["distill"][key]) if torch.is_tensor(value) else value == weights["distill"][key]
-        assert same, key
+        other = weights["distill"][key]
+        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
 
 
 def test_distillation_moves_the_student_towards_the_teacher(tiny_run, workdir):
@@ -265,8 +265,8 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_run, workdir):
     teacher_dir, _ = tiny_run
     terms = {}
     for weight in (0.0, 1000.0):
-        cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", f"distill.weight={weight}",
-                                         "model.backbone.dropout=0.0", "optim.lr=1e-2",
+        cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}",
+                                         f"distill.weight={weight}", "model.backbone.dropout=0.0", "optim.lr=1e-2",
                                          "distill.temperature=0.05"])
         L.seed_everything(cfg.seed, verbose=False)
         dm = build_datamodule(cfg)
