@@ -253,8 +253,10 @@ def post_training_tables(files: list[dict]) -> list[str]:
            "interactions), leave-one-out, full-corpus ranking, history removed; test split, best validation "
            "checkpoint. SIDs: residual k-means on the SASRec teacher's item table (collaborative). Every stage starts "
            "from its seed's SFT best checkpoint and trains the same number of epochs with the same optimizer; the "
-           "control continues next-token training. One CPU thread per run on a shared 2-core machine (load ~10-20), "
-           "so train times are wall times under contention.", "",
+           "control continues next-token training. One CPU thread per run on a shared 2-core machine (load average "
+           "20-30: up to 13 of these runs side by side with other engineers' jobs), so train times are wall times "
+           "under contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
+           "last (counted from 0) means the run was still improving.", "",
            "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
            "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
     for stage, label in POST_STAGES.items():
