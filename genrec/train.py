@@ -36,7 +36,7 @@ from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
-from genrec.training.builders import build_datamodule, build_task
+from genrec.training.builders import build_datamodule, build_task, init_checkpoint, initialize
 from genrec.training.plots import plot_curves
 from genrec.training.tables import check_table_config, close_tables
 from genrec.training.telemetry import Telemetry, format_summary
@@ -47,6 +47,7 @@ log = logging.getLogger("genrec.train")
 
 PROG = "genrec-train"
 RESUMES_FILE = "resumes.jsonl"
+INIT_FILE = "init_from.json"  # the checkpoint a stage started from (init_from=), with its sha256
 
 
 def resume_point(resume_from: str) -> tuple[Path, Path]:
@@ -115,6 +116,8 @@ def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
     if unknown:
         raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")
     results_file(cfg)
+    if cfg.get("init_from"):
+        init_checkpoint(cfg.init_from)
     if not cfg.resume_from:
         if rank_zero_only.rank == 0:  # other processes start once rank 0 has written the folder
             RunFolder(run_dir).require_new()
@@ -159,6 +162,11 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("data: %s (seed %d)", data.summary(), cfg.seed)
     trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
     task = build_task(cfg, data.num_items, data.item_raw_ids)
+    # a new stage starts from another run's weights (recorded in the folder); a resumed one from its own checkpoint
+    if cfg.get("init_from") and not resume:
+        initialized = initialize(task, cfg.init_from)
+        if rank_zero_only.rank == 0:
+            write_json(run_dir / INIT_FILE, initialized)
 
     started = time.time()
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume, weights_only=True)
@@ -193,6 +201,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 1),
         "resumes": resumes,
         "telemetry": telemetry.summary() if telemetry else None,
+        "init_from": json.loads((run_dir / INIT_FILE).read_text()) if (run_dir / INIT_FILE).exists() else None,
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
         **origin,

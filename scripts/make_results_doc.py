@@ -1,8 +1,9 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
-scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_telemetry.py), tokenizer
-runs (genrec-tokenize) and the dynamic tables' quality (scripts/reproduce_dynamic_quality.py).
+scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_telemetry.py,
+scripts/bench_fsdp.py), tokenizer runs (genrec-tokenize), the dynamic tables' quality
+(scripts/reproduce_dynamic_quality.py) and post-training (scripts/reproduce_post_training.sh).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -128,7 +129,7 @@ def training_tables(files: list[dict]) -> list[str]:
     """One table per dataset: models (mean ± std over seeds), genrec-measured baselines, published rows."""
     by_dataset = defaultdict(list)
     for r in files:
-        if "metrics" in r and "test" in r.get("metrics", {}):
+        if "metrics" in r and "test" in r.get("metrics", {}) and not r["name"].startswith(POST_PREFIX):
             by_dataset[r["dataset"]["dataset"]].append(r)
     out = []
     for dataset, runs in sorted(by_dataset.items()):
@@ -216,6 +217,149 @@ def comparison(dataset: str, by_model: dict[str, list[dict]], metric: str = "ndc
         out.append(f"- `{model}`: {score:.4f} vs {base:.4f} = **{change:+.1%}** ({verdict}); it {beats} the best "
                    f"baseline (`{best_baseline[0]}`, {best_baseline[1]['test'][metric]:.4f}).")
     return out + [""]
+
+
+#: results of scripts/reproduce_post_training.sh (their own section: a reduced dataset, stages vs their control)
+POST_PREFIX = "post_"
+POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
+               "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
+               "sdpo": "SFT + S-DPO", "distill": "SFT + distillation from SASRec",
+               "llm_full": "LLM backbone (llama, random init), full fine-tuning",
+               "llm_lora": "LLM backbone (llama, random init), LoRA"}
+#: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
+POST_NOTES = [
+    "Reading: the SFT runs were cut at 8 epochs while still improving, so continuing next-token training is a "
+    "strong control (+6% NDCG@10 over the SFT checkpoint in 3 epochs). Distillation from SASRec beats it on every "
+    "seed. DPO and S-DPO (β 0.1, popularity negatives, no next-token term: `align.sft_weight` 0) do not: their best "
+    "validation epoch was the first of three, and they end slightly below the SFT checkpoint they started from. The "
+    "table below shows why: the rejected items' likelihood fell, but so did the chosen item's (a negative chosen "
+    "log-ratio) and the held-out target's (test log p(target)), the known DPO failure. Not tried for lack of time "
+    "on the shared machine: `align.sft_weight` > 0, a lower learning rate than 5e-4, beam (hard) negatives, and "
+    "alignment after a converged SFT model; on Beauty none of these stages was run.", "",
+    "The generator on a small random-initialised llama (`backbone=hf_vocab`, full fine-tuning, one seed, 5 epochs, "
+    "still improving) is the only generative model here level with the best baseline, within the test set's noise "
+    "(standard error above); it also beats the GPT-stack SFT runs, which differ in the stack (dropout 0.1, learned "
+    "positions, GELU vs llama's RMSNorm, rotary positions, SwiGLU, no dropout), not only in the epochs. The LoRA run "
+    "on the same random base (adapters + SID token rows trained) was started but stopped unfinished for lack of "
+    "time: LoRA quality vs full fine-tuning is not measured.", ""]
+#: the margin issue 16 asks of S-DPO over continued SFT in NDCG@10
+GOAL_SDPO = 0.05
+
+
+def _stage(run: dict) -> str:
+    return run["name"][len(POST_PREFIX):run["name"].rindex("_seed")]
+
+
+def post_training_tables(files: list[dict]) -> list[str]:
+    """Post-training stages of the SID generator against their control (scripts/reproduce_post_training.sh)."""
+    runs = [r for r in files if r["name"].startswith(POST_PREFIX) and "metrics" in r]
+    if not runs:
+        return []
+    by_stage = defaultdict(list)
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by_stage[_stage(r)].append(r)
+    first = (by_stage.get("sft") or runs)[0]
+    summary, config = first["dataset"], first["config"]
+    if any(r["dataset"] != summary for r in runs):
+        raise ValueError("post-training results on different datasets: " + ", ".join(r["name"] for r in runs))
+    reader = config["data"]["reader"]
+    columns = ["recall@5", "ndcg@5", "recall@10", "ndcg@10"]
+    out = ["## Post-training of the SID generator: stages against their control", "",
+           f"`scripts/reproduce_post_training.sh`: a reduced synthetic log ({reader['num_users']:,} users, "
+           f"{reader['num_items']:,} items, {reader['num_clusters']} clusters; {summary['interactions']:,} "
+           "interactions), leave-one-out, full-corpus ranking, history removed; test split, best validation "
+           "checkpoint. SIDs: residual k-means on the SASRec teacher's item table (collaborative). Every stage starts "
+           "from its seed's SFT best checkpoint and trains the same number of epochs with the same optimizer; the "
+           "control continues next-token training. One CPU thread per run on a shared 2-core machine (load average "
+           "20-30: up to 13 of these runs side by side with other engineers' jobs), so train times are wall times "
+           "under contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
+           "last (counted from 0) means the run was still improving.", "",
+           "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
+           "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
+    for stage, label in POST_STAGES.items():
+        stage_runs = by_stage.get(stage)
+        if not stage_runs:
+            continue
+        tests = [r["metrics"]["test"] for r in stage_runs]
+        cells = [_cell([t[c] for t in tests]) for c in columns]
+        extra = [_cell([t["invalid_rate"] for t in tests if "invalid_rate" in t]),
+                 _cell([t["target_log_prob"] for t in tests if "target_log_prob" in t]),
+                 ", ".join(f"{n:,}" for n in sorted({r["parameters"]["trainable"] for r in stage_runs
+                                                      if "parameters" in r})) or "–"]
+        seeds = ", ".join(str(r["seed"]) for r in stage_runs)
+        names = ", ".join(f"`results/{r['name']}.json`" for r in stage_runs)
+        out.append(f"| **{label}** | " + " | ".join(cells + extra) + f" | {seeds} | {_budget(stage_runs)} | "
+                   f"{names} |")
+    for name, metrics in first["baselines"].items():
+        out.append(f"| {name} (baseline) | " + " | ".join(_cell([metrics["test"][c]]) for c in columns) +
+                   f" | – | – | – | – | – | `results/{first['name']}.json` |")
+    by_model = {POST_STAGES.get(s, s): rs for s, rs in by_stage.items()}
+    out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in sorted({r['commit'] for r in runs}))}.", ""]
+    out += below_baselines(by_model)
+    best_name, best = max(first["baselines"].items(), key=lambda kv: kv[1]["test"]["recall@10"])
+    recall, users = best["test"]["recall@10"], summary["users"]
+    out += [f"The test set has {users:,} users: the binomial standard error of a recall@10 near {recall:.3f} "
+            f"(`{best_name}`) is {math.sqrt(recall * (1 - recall) / users):.4f}.", ""]
+    control = {r["seed"]: r for r in by_stage.get("sft_more", [])}
+    lines = []
+    for stage in ("dpo", "sdpo", "distill"):
+        paired = [(r, control[r["seed"]]) for r in by_stage.get(stage, []) if r["seed"] in control]
+        if not paired:
+            continue
+        changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
+        verdict = ""
+        if stage == "sdpo":
+            verdict = (" — goal (+{:.0%}) {}".format(GOAL_SDPO, "met" if statistics.mean(changes) >= GOAL_SDPO
+                                                        else "**not** met"))
+        lines.append(f"- `{POST_STAGES[stage]}` vs the control, test NDCG@10 per seed "
+                     f"({', '.join(f'{c:+.1%}' for c in changes)}): mean **{statistics.mean(changes):+.1%}**"
+                     f"{verdict}.")
+    if lines:
+        out += ["Each stage against continued SFT from the same checkpoint (same seed, same extra epochs):", ""]
+        out += lines + [""]
+    out += POST_NOTES
+    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo") if by_stage.get(s)
+               and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
+    if aligned:
+        keys = ["loss", "chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy", "chosen_log_ratio",
+                "rejected_log_ratio"]
+        out += ["Preference statistics of the tested weights over every training user's example (chosen = the last "
+                "training item), against the cached SFT reference; rewards are β·(log π − log π_ref), log-ratios "
+                "log π − log π_ref in nats (a negative chosen log-ratio: the chosen item became less likely, DPO's "
+                "known failure). Mean over seeds.", "",
+                "| stage | β | negatives | " + " | ".join(keys) + " |", "|---|---|---|" + "---|" * len(keys)]
+        for stage, stage_runs in aligned:
+            a = stage_runs[0]["align"]
+            stats = [r["align"]["tested_weights_on_training_examples"] for r in stage_runs]
+            out.append(f"| {POST_STAGES[stage]} | {a['beta']:g} | {a['num_negatives']} {a['negatives']} | " +
+                       " | ".join(f"{statistics.mean(s[k] for s in stats):+.4f}" for k in keys) + " |")
+        out.append("")
+    return out
+
+
+def bench_fsdp_tables(files: list[dict]) -> list[str]:
+    """Memory per process of fully sharded training (scripts/bench_fsdp.py)."""
+    out = []
+    for r in files:
+        if r.get("kind") != "bench_fsdp":
+            continue
+        llama = r["model"]["llama"]
+        out += [f"## Benchmark: fully sharded training (fsdp=full), memory per process (`results/{r['name']}.json`)",
+                "", f"The SID generator on a random-initialised llama ({llama['num_hidden_layers']} layers, width "
+                f"{llama['hidden_size']}, text vocabulary {llama['vocab_size']:,} + the SID tokens), {r['steps']} Adam "
+                f"steps on a global batch of {r['global_batch']['sequences']} sequences of "
+                f"{r['global_batch']['length']} items; 1 process unsharded vs 2 gloo processes with FSDP2, alternated, "
+                f"median of {r['rounds']} round(s); {r['machine_note']}.", "",
+                "| processes | parameters | params + grads + Adam per process, MiB | peak RSS above start, MiB |",
+                "|---|---|---|---|"]
+        for row in r["rows"]:
+            out.append(f"| {row['processes']} | {row['parameters']:,} | {row['state_mib']:.1f} | "
+                       f"{row['peak_rss_above_start_mib']:.1f} |")
+        out += ["", f"2 processes / 1: model state {r['state_ratio']:.2f}x, peak RSS {r['peak_ratio']:.2f}x "
+                "(activations and the gathered layer are not sharded); final loss difference "
+                f"{r['max_loss_difference']:.1e} (tests/distributed/test_fsdp.py checks losses and weights to 1e-5). "
+                f"Commit `{r['commit'][:12]}`.", ""]
+    return out
 
 
 def benchmark_tables(files: list[dict]) -> list[str]:
@@ -841,6 +985,7 @@ def main() -> None:
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
     lines += data_stats_tables(files)
     lines += training_tables(files)
+    lines += post_training_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)
     lines += tokenizer_tables(files)
@@ -849,6 +994,7 @@ def main() -> None:
     lines += bench_dynamic_tables(files)
     lines += dynamic_quality_tables(files)
     lines += bench_telemetry_tables(files)
+    lines += bench_fsdp_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,10 +28,25 @@ from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 
 
 class TokenBackbone(nn.Module):
-    """Interface. ``dim``: the width ``D``; ``supports_cache``: whether ``prefill``/``step``/``select`` exist."""
+    """Interface. ``dim``: the width ``D``; ``supports_cache``: whether ``prefill``/``step``/``select`` exist;
+    ``owns_vocabulary``: whether the generator's tokens live in the backbone's own vocabulary (``add_tokens``,
+    ``embed``, ``logits``) instead of a token table of the generator's."""
 
     dim: int
     supports_cache: bool = False
+    owns_vocabulary: bool = False
+
+    def add_tokens(self, count: int) -> None:
+        """Append ``count`` tokens (the generator's token IDs ``0 .. count - 1``) to the backbone's vocabulary."""
+        raise NotImplementedError(f"{type(self).__name__} has no vocabulary of its own")
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``(*,)`` generator token IDs -> ``(*, D)`` input embeddings."""
+        raise NotImplementedError(f"{type(self).__name__} has no vocabulary of its own")
+
+    def logits(self, states: torch.Tensor, tokens: slice) -> torch.Tensor:
+        """``(..., D)`` states -> ``(..., len(tokens))`` logits of the generator tokens ``tokens``."""
+        raise NotImplementedError(f"{type(self).__name__} has no vocabulary of its own")
 
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -150,6 +166,24 @@ def as_backbone(module: nn.Module) -> TokenBackbone:
     raise UserError(f"model.backbone: expected a SequenceEncoder or a TokenBackbone, got {type(module).__name__}")
 
 
+def load_hf_model(auto_class, pretrained: str | None, config: dict[str, Any] | None):
+    """A `transformers` model of ``auto_class``: ``pretrained`` (a local folder or a name in the local Hugging Face
+    cache, ``local_files_only``: nothing is downloaded) or a fresh one from ``config`` (``model_type`` + that
+    architecture's keys)."""
+    from transformers import AutoConfig
+
+    if pretrained:
+        try:
+            return auto_class.from_pretrained(pretrained, local_files_only=True)
+        except OSError as err:
+            raise UserError(f"model.backbone.pretrained={pretrained!r}: not a local model folder nor in the local "
+                            f"Hugging Face cache (nothing is downloaded): {err}") from err
+    if config:
+        config = dict(config)
+        return auto_class.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+    raise UserError("model.backbone: set `pretrained` (a local checkpoint) or `config` (with model_type)")
+
+
 class HFCausalLM(TokenBackbone):
     """A `transformers` decoder-only model (``AutoModel``: the stack without its LM head) over our embeddings.
 
@@ -159,30 +193,32 @@ class HFCausalLM(TokenBackbone):
         config: when ``pretrained`` is None, a fresh model: ``model_type`` (e.g. ``llama``, ``gpt2``, ``qwen2``)
             and that architecture's config keys.
         max_len: longest token sequence the generator will feed (checked against the model's position limit).
+        gradient_checkpointing: recompute each layer's activations in the backward pass (less memory).
     """
 
     supports_cache = True
 
-    def __init__(self, pretrained: str | None = None, config: dict[str, Any] | None = None, max_len: int | None = None):
+    def __init__(self, pretrained: str | None = None, config: dict[str, Any] | None = None, max_len: int | None = None,
+                 gradient_checkpointing: bool = False):
         super().__init__()
-        from transformers import AutoConfig, AutoModel
+        from transformers import AutoModel
 
-        if pretrained:
-            try:
-                self.model = AutoModel.from_pretrained(pretrained, local_files_only=True)
-            except OSError as err:
-                raise UserError(f"model.backbone.pretrained={pretrained!r}: not a local model folder nor in the "
-                                f"local Hugging Face cache (nothing is downloaded): {err}") from err
-        elif config:
-            config = dict(config)
-            self.model = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
-        else:
-            raise UserError("model.backbone: set `pretrained` (a local checkpoint) or `config` (with model_type)")
-        self.dim = int(self.model.config.hidden_size)
-        limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.model = load_hf_model(AutoModel, pretrained, config)
+        self._setup(max_len, gradient_checkpointing)
+
+    def _setup(self, max_len: int | None, gradient_checkpointing: bool) -> None:
+        config = self.model.config
+        self.dim = int(config.hidden_size)
+        limit = getattr(config, "max_position_embeddings", None)
         if max_len is not None and limit is not None and max_len > limit:
             raise UserError(f"model.backbone: sequences of up to {max_len} tokens, but the model takes at most "
                             f"{limit} positions (max_position_embeddings)")
+        if gradient_checkpointing:  # transformers 5 renamed it activation checkpointing
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # transformers 5 renamed `past_key_values` to `cache`
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
@@ -212,3 +248,106 @@ class HFCausalLM(TokenBackbone):
     def select(self, cache: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
         cache["kv"].reorder_cache(rows)
         return {"kv": cache["kv"], "mask": cache["mask"][rows], "next_position": cache["next_position"][rows]}
+
+
+class HFVocabLM(HFCausalLM):
+    """LC-Rec style: a `transformers` causal LM (``AutoModelForCausalLM``) whose own vocabulary gains the
+    generator's tokens (PAD, BOS, every level's codes, user buckets) as new entries after its text tokens; inputs go
+    through its input embeddings and each level's softmax through its LM head's rows of that level. A text prompt
+    can share the sequence (the vocabulary is the model's), and the model exports as an ordinary LM.
+
+    With ``lora``, the stack is adapted by `peft` LoRA (``r``, ``alpha``, ``dropout``, ``target_modules``) and only
+    the new token rows of the embeddings (and of an untied LM head) are trained (peft's trainable tokens), the base
+    weights frozen; :meth:`save_adapter` writes the adapter alone, :meth:`merge` folds it into the weights for export.
+
+    Args:
+        pretrained / config / max_len / gradient_checkpointing: as :class:`HFCausalLM`. A ``pretrained`` folder
+            saved by :meth:`save_merged` already holds the SID tokens: give ``text_vocab``.
+        lora: LoRA settings, or ``None`` for full fine-tuning.
+        adapter: a folder written by :meth:`save_adapter` to load onto the base model (implies LoRA).
+        text_vocab: the size of the text vocabulary before the SID tokens (default: the model's vocabulary).
+    """
+
+    owns_vocabulary = True
+
+    def __init__(self, pretrained: str | None = None, config: dict[str, Any] | None = None, max_len: int | None = None,
+                 gradient_checkpointing: bool = False, lora: dict[str, Any] | None = None,
+                 adapter: str | None = None, text_vocab: int | None = None):
+        TokenBackbone.__init__(self)
+        from transformers import AutoModelForCausalLM
+
+        self.lm = load_hf_model(AutoModelForCausalLM, pretrained, config)
+        self.text_vocab = int(text_vocab or self.lm.get_input_embeddings().num_embeddings)
+        self.lora, self.adapter = (dict(lora) if lora else None), adapter
+        self._setup(max_len, gradient_checkpointing)
+
+    @property
+    def causal_lm(self) -> nn.Module:
+        """The `transformers` causal LM (inside the peft wrapper when LoRA is on; LoRA layers injected)."""
+        return self.lm.get_base_model() if self.is_peft else self.lm
+
+    @property
+    def is_peft(self) -> bool:
+        return hasattr(self.lm, "peft_config")
+
+    @property
+    def model(self) -> nn.Module:
+        """The transformer stack without the LM head (what :class:`HFCausalLM` runs)."""
+        return self.causal_lm.base_model
+
+    def _embedding_names(self) -> tuple[str, str | None]:
+        """Module names of the input embeddings and of the LM head when its weight is not tied to them."""
+        lm = self.causal_lm
+        names = {id(m): n for n, m in lm.named_modules()}
+        inputs, outputs = lm.get_input_embeddings(), lm.get_output_embeddings()
+        tied = outputs is None or outputs.weight is inputs.weight
+        return names[id(inputs)], None if tied else names[id(outputs)]
+
+    def add_tokens(self, count: int) -> None:
+        self.lm.resize_token_embeddings(self.text_vocab + count, mean_resizing=False)
+        if self.adapter:
+            from peft import PeftModel
+
+            self.lm = PeftModel.from_pretrained(self.lm, self.adapter, is_trainable=True)
+        elif self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            new = list(range(self.text_vocab, self.text_vocab + count))
+            inputs, outputs = self._embedding_names()
+            trainable = {inputs.rsplit(".", 1)[-1]: new}
+            if outputs:
+                trainable[outputs.rsplit(".", 1)[-1]] = new
+            settings = dict(self.lora)
+            self.lm = get_peft_model(self.lm, LoraConfig(
+                r=settings.pop("r", 8), lora_alpha=settings.pop("alpha", 16), lora_dropout=settings.pop("dropout", 0.0),
+                target_modules=list(settings.pop("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+                trainable_token_indices=trainable, **settings))
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.causal_lm.get_input_embeddings()(tokens + self.text_vocab)
+
+    def logits(self, states: torch.Tensor, tokens: slice) -> torch.Tensor:
+        out = self.causal_lm.get_output_embeddings()(states)
+        return out[..., self.text_vocab + tokens.start:self.text_vocab + tokens.stop]
+
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def save_adapter(self, folder: str | Path) -> None:
+        """The LoRA adapter alone (peft's ``adapter_config.json`` + ``adapter_model.safetensors``: LoRA matrices and
+        the new token rows), loadable onto the base model with ``PeftModel.from_pretrained``."""
+        if not self.is_peft:
+            raise UserError("model.backbone: no LoRA adapter to save (model.backbone.lora is null: full fine-tuning)")
+        # the resized embedding matrices stay out: the trainable-token rows in the adapter hold every SID token
+        self.lm.save_pretrained(str(folder), save_embedding_layers=False)
+
+    def merge(self) -> None:
+        """Fold the LoRA adapter into the weights (``merge_and_unload``): a plain causal LM, same outputs."""
+        if self.is_peft:
+            self.lm = self.lm.merge_and_unload()
+
+    def save_merged(self, folder: str | Path) -> None:
+        """Export: the adapter merged in, the whole causal LM (text vocabulary + SID tokens) with
+        ``save_pretrained``; loads back with ``pretrained=<folder>`` and ``text_vocab``."""
+        self.merge()
+        self.lm.save_pretrained(str(folder))

@@ -2,6 +2,7 @@
 device, the decoding settings, beam search to items, and the ``score_all`` view genrec's evaluator ranks."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,6 +14,30 @@ from genrec.models.beam import BeamResult, Decoder, beam_search
 from genrec.models.semantic_ids import SemanticIDs
 from genrec.models.trie import PrefixTrie
 from genrec.tokenize.sid_table import SIDTable
+
+
+@dataclass
+class TargetLogProbs:
+    """Teacher-forced log-probabilities along the code path of every training target of a batch (``P`` targets).
+
+    Attributes:
+        levels: ``L`` tensors ``(P, K_l)``: log-softmax over level ``l``'s codes given the target's first ``l`` codes.
+        items: ``(P,)`` the target items.
+        positions: ``(P,)`` the position of the batch's ``N`` inputs after which the target comes (where an ID
+            model trained on the same batch predicts it), -1 where no input position precedes it.
+    """
+
+    levels: list[torch.Tensor]
+    items: torch.Tensor
+    positions: torch.Tensor
+
+    def code_log_probs(self, codes: torch.Tensor) -> torch.Tensor:
+        """``codes (P, L)`` of the targets -> ``(P, L)`` the log-probability of each code."""
+        return torch.stack([level.gather(1, codes[:, i:i + 1])[:, 0] for i, level in enumerate(self.levels)], 1)
+
+    def nll(self, codes: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-probability per code token (the next-token cross-entropy)."""
+        return -self.code_log_probs(codes).mean()
 
 
 class GenerativeRecommender(nn.Module):
@@ -44,13 +69,20 @@ class GenerativeRecommender(nn.Module):
     def num_items(self) -> int:
         return self.sids.num_items
 
+    def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
+        """Teacher-forced per-level log-probabilities of the training batch's targets (what :meth:`loss` averages;
+        distillation reads the same tensors)."""
+        raise NotImplementedError
+
     def loss(self, batch: JaggedBatch) -> torch.Tensor:
         """Mean next-token cross-entropy of a training batch."""
-        raise NotImplementedError
+        targets = self.target_log_probs(batch)
+        return targets.nll(self.sids.codes[targets.items])
 
     def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Teacher-forced ``log p(item | history)`` of candidate ``items (B, M)`` -> ``(B, M)``: the sum of the
-        per-level log-probabilities of the item's code tuple (each level a softmax over that level's codes)."""
+        per-level log-probabilities of the item's code tuple (each level a softmax over that level's codes).
+        Differentiable (preference alignment trains through it)."""
         raise NotImplementedError
 
     def decoder(self, batch: JaggedBatch, use_cache: bool = True) -> Decoder:
@@ -89,19 +121,24 @@ class GenerativeRecommender(nn.Module):
 
 class BeamScorer:
     """``score_fn(batch) -> (B, num_items + 1)`` of a generative model (its beam's list, as :meth:`score_all`) that
-    also counts the tuples it decoded and how many of them are no item."""
+    also counts the tuples it decoded, how many of them are no item, and sums the teacher-forced log-probability
+    of every user's true target (``log p(target | history)``, whether or not the beam found it)."""
 
     def __init__(self, model: GenerativeRecommender):
-        self.model, self.decoded, self.invalid = model, 0, 0
+        self.model = model
+        self.decoded, self.invalid, self.users, self.target_log_prob = 0, 0, 0, 0.0
 
     def __call__(self, batch: JaggedBatch) -> torch.Tensor:
         result = self.model.generate(batch)
         self.decoded += int(result.found.sum())
         self.invalid += int(result.invalid.sum())
+        with torch.no_grad():
+            self.target_log_prob += float(self.model.item_log_probs(batch, batch.target_ids[:, None]).sum())
+        self.users += batch.batch_size
         return result.score_matrix(self.model.num_items + 1)
 
-    def pop_counts(self) -> tuple[int, int]:
-        """``(decoded, invalid)`` tuples since the last call, then zero them."""
-        counts = (self.decoded, self.invalid)
-        self.decoded = self.invalid = 0
+    def pop_counts(self) -> tuple[int, int, int, float]:
+        """``(decoded, invalid, users, summed target log-probability)`` since the last call, then zero them."""
+        counts = (self.decoded, self.invalid, self.users, self.target_log_prob)
+        self.decoded, self.invalid, self.users, self.target_log_prob = 0, 0, 0, 0.0
         return counts

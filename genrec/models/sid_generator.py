@@ -5,7 +5,9 @@ A user's sequence is ``[BOS or user token, c(i_1, 0), ..., c(i_1, L-1), c(i_2, 0
 ``L`` code tokens. Training is next-token prediction at every position of each training sequence (one pass per
 user, as for SASRec); each position predicts a token of a known level, so its softmax runs over that level's codes
 only. Token embeddings come from a TorchRec table (:class:`genrec.embedding.ItemEmbedding` over the token
-vocabulary, the same module the ID-based models use) and the output layer is tied to it.
+vocabulary, the same module the ID-based models use) and the output layer is tied to it, unless the backbone owns
+a vocabulary (:class:`~genrec.models.backbones.HFVocabLM`, LC-Rec style): then the SID tokens are added to the
+language model's own vocabulary and its input embeddings and LM head are used.
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
@@ -19,7 +21,7 @@ from torch import nn
 from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
 from genrec.models.backbones import TokenBackbone, as_backbone
-from genrec.models.generative import GenerativeRecommender
+from genrec.models.generative import GenerativeRecommender, TargetLogProbs
 from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
 from genrec.tokenize.sid_table import SIDTable
@@ -42,7 +44,15 @@ class SIDGenerator(GenerativeRecommender):
                  beam: int = 20, top_k: int = 20, constrained: bool = True):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
         self.backbone: TokenBackbone = as_backbone(backbone)
-        self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+        if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
+            self.backbone.add_tokens(self.sids.vocab_size)
+            self.tokens = None
+        else:
+            self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``(*,)`` tokens -> ``(*, D)`` input embeddings."""
+        return self.backbone.embed(tokens) if self.tokens is None else self.tokens.lookup(tokens)
 
     def _start_tokens(self, batch: JaggedBatch) -> torch.Tensor:
         if self.sids.user_buckets:
@@ -64,33 +74,37 @@ class SIDGenerator(GenerativeRecommender):
 
     def _logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
         """``(..., D)`` states -> ``(..., K_level)`` logits over the level's codes (tied to the token table)."""
+        if self.tokens is None:
+            return self.backbone.logits(states, self.sids.level_slice(level))
         return states @ self.tokens.table()[self.sids.level_slice(level)].T
 
     def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
         return F.log_softmax(self._logits(states, level).float(), dim=-1)
 
-    def loss(self, batch: JaggedBatch) -> torch.Tensor:
+    def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
-        of each user's items plus the last target, every token predicted from the ones before it."""
+        of each user's items plus the last target, every token predicted from the ones before it. The targets are
+        every item of those sequences (``P = N + B``), user after user; a user's first item is predicted from the
+        start token alone (no position of ``batch`` predicts it: ``positions`` is -1 there)."""
         levels = self.sids.num_levels
         # each user's items followed by its last target: (N + B,) jagged by offsets + arange
         full_offsets = batch.offsets + torch.arange(batch.batch_size + 1, device=batch.offsets.device)
         row, _ = jagged_index(batch.offsets)
+        at_input = torch.arange(len(batch.item_ids), device=row.device) + row
         items = torch.empty(len(batch.item_ids) + batch.batch_size, dtype=torch.int64, device=batch.item_ids.device)
-        items[torch.arange(len(batch.item_ids), device=row.device) + row] = batch.item_ids
+        items[at_input] = batch.item_ids
         items[full_offsets[1:] - 1] = batch.target_ids[batch.offsets[1:] - 1]
+        # item j of a user (j >= 1) is the target of the batch's position j - 1 of that user
+        positions = torch.full_like(items, -1)
+        positions[at_input + 1] = torch.arange(len(batch.item_ids), device=row.device)
         tokens, token_offsets = self._sequences(batch, items, full_offsets)
         # inputs: every token but each sequence's last; labels: every item token (level = position % L)
         keep = torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)
         keep[token_offsets[1:] - 1] = False
-        states = self.backbone(self.tokens.lookup(tokens[keep]), full_offsets * levels)
-        labels = self.sids.codes[items].flatten()
-        level_of = torch.arange(len(labels), device=labels.device) % levels
-        total = states.new_zeros(())
-        for level in range(levels):
-            at = level_of == level
-            total = total + F.cross_entropy(self._logits(states[at], level), labels[at], reduction="sum")
-        return total / len(labels)
+        states = self.backbone(self.embed(tokens[keep]), full_offsets * levels)
+        states = states.view(len(items), levels, -1)
+        return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
+                              items, positions)
 
     def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sequences(batch, batch.item_ids, batch.offsets)
@@ -107,15 +121,28 @@ class SIDGenerator(GenerativeRecommender):
         if prefix.shape[1]:
             in_prefix = col - (lengths[row] - prefix.shape[1])  # position within the prefix, < 0 in the history
             values = torch.where(in_prefix >= 0, prefix[row, in_prefix.clamp(min=0)], values)
-        states = self.backbone(self.tokens.lookup(values), row_offsets)
+        states = self.backbone(self.embed(values), row_offsets)
         last = row_offsets[1:, None] - prefix.shape[1] - 1 + torch.arange(prefix.shape[1] + 1, device=users.device)
         return states[last]
 
-    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+    def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor, use_cache: bool = True) -> torch.Tensor:
+        """Differentiable. With a KV-cached backbone the history runs once per user and each candidate adds its
+        ``L - 1`` code tokens (the decoder's cache, as in beam search); ``use_cache=False`` runs the backbone on
+        every (user, candidate) sequence whole."""
+        codes = self.sids.codes[items]  # (B, M, L)
+        if use_cache and self.backbone.supports_cache:
+            users, width = items.shape
+            decoder = _CachedDecoder(self, *self._history(batch))
+            total = decoder.start().gather(1, codes[..., 0])  # (B, M)
+            decoder.select(torch.arange(users, device=items.device).repeat_interleave(width))
+            for level in range(self.sids.num_levels - 1):
+                logp = decoder.step(codes[..., level].flatten(), level)  # (B * M, K_{level + 1})
+                total = total + logp.gather(1, codes[..., level + 1].reshape(-1, 1)).view(users, width)
+            return total
         tokens = self.sids.item_tokens(items.flatten())  # (B * M, L)
         users = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
         states = self._run_rows(self._history(batch), users, tokens[:, :-1])  # (B * M, L, D)
-        codes = self.sids.codes[items.flatten()]
+        codes = codes.flatten(0, 1)
         logp = torch.stack([self._level_log_probs(states[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
                             for level in range(self.sids.num_levels)], dim=1)
         return logp.sum(1).view(items.shape)
@@ -138,7 +165,7 @@ class _CachedDecoder:
         valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
         at = (row, col + longest - lengths[row])  # left padding: every row ends at the last column
         padded[at], valid[at] = tokens, True
-        self.first_states, self.cache = model.backbone.prefill(model.tokens.lookup(padded), valid)
+        self.first_states, self.cache = model.backbone.prefill(model.embed(padded), valid)
 
     def start(self) -> torch.Tensor:
         return self.model._level_log_probs(self.first_states, 0)
@@ -147,7 +174,7 @@ class _CachedDecoder:
         self.cache = self.model.backbone.select(self.cache, rows)
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
-        x = self.model.tokens.lookup(codes + self.model.sids.offsets[level])
+        x = self.model.embed(codes + self.model.sids.offsets[level])
         return self.model._level_log_probs(self.model.backbone.step(x, self.cache), level + 1)
 
 

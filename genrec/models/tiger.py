@@ -20,7 +20,7 @@ from transformers import T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from genrec.data.batch import JaggedBatch
-from genrec.models.generative import GenerativeRecommender
+from genrec.models.generative import GenerativeRecommender, TargetLogProbs
 from genrec.ops.jagged import jagged_to_padded
 from genrec.models.semantic_ids import BOS_TOKEN, PAD_TOKEN
 from genrec.tokenize.sid_table import SIDTable
@@ -67,26 +67,29 @@ class TIGER(GenerativeRecommender):
         """``(..., V)`` logits -> ``(..., K_level)`` log-softmax over the level's codes."""
         return F.log_softmax(logits[..., self.sids.level_slice(level)].float(), dim=-1)
 
-    def _target_log_probs(self, hidden: torch.Tensor, mask: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        """Encoder states ``hidden (R, T, D)`` + ``mask (R, T)``, one target item per row ``items (R,)`` ->
-        ``(R, L)`` teacher-forced log-probability of each of the item's codes."""
-        codes = self.sids.codes[items]
-        tokens = codes + self.sids.offsets
+    def _level_log_probs_of(self, hidden: torch.Tensor, mask: torch.Tensor, items: torch.Tensor
+                            ) -> list[torch.Tensor]:
+        """Encoder states ``hidden (R, T, D)`` + ``mask (R, T)``, one target item per row ``items (R,)`` -> ``L``
+        tensors ``(R, K_l)``: each level's log-probabilities given the item's codes before it (teacher forcing)."""
+        tokens = self.sids.item_tokens(items)
         start = torch.full_like(tokens[:, :1], BOS_TOKEN)
         logits = self.t5(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=mask,
                          decoder_input_ids=torch.cat([start, tokens[:, :-1]], 1), use_cache=False).logits
-        return torch.stack([self._level_log_probs(logits[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
-                            for level in range(self.sids.num_levels)], dim=1)
+        return [self._level_log_probs(logits[:, level], level) for level in range(self.sids.num_levels)]
 
-    def loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """One target per sequence (``batch.target_ids (B,)``, prefix examples): mean cross-entropy per code."""
+    def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
+        """One target per sequence (``batch.target_ids (B,)``, prefix examples), predicted after the prefix's last
+        position."""
         _, mask, hidden = self._encode(batch)
-        return -self._target_log_probs(hidden, mask, batch.target_ids).mean()
+        return TargetLogProbs(self._level_log_probs_of(hidden, mask, batch.target_ids), batch.target_ids,
+                              batch.offsets[1:] - 1)
 
     def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         _, mask, hidden = self._encode(batch)
         rows = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
-        return self._target_log_probs(hidden[rows], mask[rows], items.flatten()).sum(1).view(items.shape)
+        flat = items.flatten()
+        targets = TargetLogProbs(self._level_log_probs_of(hidden[rows], mask[rows], flat), flat, rows)
+        return targets.code_log_probs(self.sids.codes[flat]).sum(1).view(items.shape)
 
     def decoder(self, batch: JaggedBatch, use_cache: bool = True):
         _, mask, hidden = self._encode(batch)

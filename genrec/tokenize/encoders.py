@@ -7,6 +7,8 @@
 * :class:`CategoricalEncoder` — multi-hot vectors of categorical attributes (brand, categories, genres, ...).
 * :class:`CollaborativeEncoder` — the item table of a trained genrec sequence model (a genrec-train run folder).
 * :class:`FileEncoder` — precomputed embeddings from a ``.parquet`` (raw item ID + vector) or ``.npy`` file.
+* :class:`FusedEncoder` — several of the above side by side (e.g. text + collaborative), each row L2-normalised
+  and weighted, so each part contributes to distances as its weight says whatever its width.
 
 Each ``encode(data)`` returns :class:`ItemEmbeddings` with ``vectors (num_items, D)`` float32, row ``i`` = dense
 item ``i + 1``.
@@ -370,3 +372,38 @@ class FileEncoder:
         if extra:
             log.info("%s: ignored %d rows of items not in %s", self.path, extra, data.name)
         return np.stack([np.asarray(v, dtype=np.float32) for v in rows])
+
+
+class FusedEncoder:
+    """Several encoders' embeddings concatenated: ``[sqrt(w_1) * v_1 / |v_1|, sqrt(w_2) * v_2 / |v_2|, ...]`` per
+    item, so that squared distances are the weighted sum of each part's squared distance between unit vectors (a
+    384-d text part and a 64-d collaborative part count as their weights say).
+
+    Args:
+        parts: name -> encoder config (``_target_`` + its arguments), e.g. ``{text: {...}, collaborative: {...}}``.
+        weights: name -> weight (every part needs one, > 0).
+    """
+
+    def __init__(self, parts: dict[str, dict[str, Any]], weights: dict[str, float]):
+        from hydra.utils import get_method
+
+        if not parts:
+            raise UserError("encoder.parts: name at least one encoder to fuse")
+        if set(weights) != set(parts):
+            raise UserError(f"encoder.weights: expected one weight per part {sorted(parts)}, got {sorted(weights)}")
+        bad = {k: w for k, w in weights.items() if not w > 0}
+        if bad:
+            raise UserError(f"encoder.weights: every weight must be positive, got {bad}")
+        self.parts, self.weights = {}, dict(weights)
+        for name, node in parts.items():
+            kwargs = {k: v for k, v in node.items() if k != "name"}
+            self.parts[name] = get_method(kwargs.pop("_target_"))(**kwargs)
+
+    def encode(self, data: SequenceData) -> ItemEmbeddings:
+        vectors, info = [], {"encoder": "fused", "weights": self.weights, "parts": {}}
+        for name, encoder in self.parts.items():
+            part = encoder.encode(data)
+            norms = np.linalg.norm(part.vectors, axis=1, keepdims=True)
+            vectors.append(np.sqrt(self.weights[name]) * part.vectors / np.maximum(norms, 1e-12))
+            info["parts"][name] = {"dim": int(part.vectors.shape[1]), **part.info}
+        return ItemEmbeddings(np.ascontiguousarray(np.concatenate(vectors, axis=1), dtype=np.float32), info)

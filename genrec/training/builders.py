@@ -6,15 +6,18 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from genrec.data.datamodule import SequenceDataModule
-from genrec.dist.checkpoint import load_weights
-from genrec.errors import ConfigError
+from genrec.data.datamodule import SequenceDataModule, load_dataset
+from genrec.dist.checkpoint import load_weights, read_meta
+from genrec.errors import ConfigError, DataError
 from genrec.models.recommender import SequentialRecommender
-from genrec.runs import TRUSTED_TARGETS, RunFolder
+from genrec.runs import CHECKPOINT_DIR, TRUSTED_TARGETS, RunFolder, file_digest
 from genrec.tokenize.sid_table import SIDTable
+from genrec.training.align import AlignConfig, AlignTask
+from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher
 from genrec.training.generative import GenerativeTask
 from genrec.training.module import RetrievalTask
 from genrec.training.tables import load_tables, private_stores
@@ -22,12 +25,15 @@ from genrec.training.task import RecommenderTask
 
 
 def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
+    """The data module; an alignment stage trains on one example per user (whole training sequences), whatever the
+    model's own training examples."""
     d = cfg.data
+    examples = "sequences" if AlignConfig.from_config(cfg.get("align")) else cfg.model.get("train_examples",
+                                                                                             "sequences")
     return SequenceDataModule(reader=d.reader, preprocess=d.preprocess, max_len=d.max_len,
                               batch_size=d.batch_size, eval_batch_size=d.eval_batch_size,
                               num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed,
-                              train_examples=cfg.model.get("train_examples", "sequences"),
-                              bucket_by_length=cfg.model.get("bucket_by_length", False))
+                              train_examples=examples, bucket_by_length=cfg.model.get("bucket_by_length", False))
 
 
 def load_sid_table(cfg: DictConfig, item_raw_ids: np.ndarray) -> SIDTable:
@@ -67,7 +73,60 @@ def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray |
         parts["backbone"] = instantiate(m.backbone, max_len=(cfg.data.max_len + 1) * table.num_levels)
     # built by a partial: Hydra would turn the SIDTable dataclass into a config node
     model = instantiate(m.generator, _partial_=True)(**parts)
-    return GenerativeTask(model, sid_table_folder=str(cfg.sid_table), **_task_settings(cfg))
+    settings = {"sid_table_folder": str(cfg.sid_table), **_task_settings(cfg)}
+    align, distill = AlignConfig.from_config(cfg.get("align")), DistillConfig.from_config(cfg.get("distill"))
+    if align and distill:
+        raise ConfigError("distill", "one post-training objective per stage: align or distill, not both (distil "
+                                     "first, then align with init_from=<the distilled run>)")
+    if align:
+        return AlignTask(model, align, seed=cfg.seed, **settings)
+    if distill:
+        return DistillTask(model, load_teacher(distill, item_raw_ids, cfg.data.max_len), distill, **settings)
+    return GenerativeTask(model, **settings)
+
+
+def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int) -> FrozenTeacher:
+    """The retrieval model of the run folder ``distill.teacher`` (its config checked for trusted targets, its
+    checkpoint by sha256, its items against the student's), frozen."""
+    run = RunFolder.existing(distill.teacher, "distill.teacher")
+    cfg = run.config()
+    if cfg.model.get("kind", "retrieval") != "retrieval":
+        raise ConfigError("distill.teacher", f"{distill.teacher} trained model={cfg.model.name}; the teacher must be "
+                                             "a retrieval model (sasrec, hstu) scoring every item")
+    if cfg.data.max_len < max_len:
+        raise ConfigError("distill.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
+                                             f"data.max_len is {max_len}")
+    theirs = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids
+    if len(theirs) != len(item_raw_ids) or any(str(a) != str(b) for a, b in zip(theirs[1:], item_raw_ids[1:])):
+        raise DataError(run.config_path, f"the teacher was trained on {cfg.data.name!r} with {len(theirs) - 1} items, "
+                                         f"not on the student's {len(item_raw_ids) - 1} items in the same order",
+                        key="distill.teacher")
+    path = run.checkpoint(distill.checkpoint)
+    with torch.random.fork_rng(devices=[]):  # building it draws initial weights: leave the run's random state alone
+        task = _retrieval_task(cfg, len(item_raw_ids) - 1, item_raw_ids)
+    load_weights(path, task)
+    return FrozenTeacher(task.model, {"run_dir": str(run.path), "model": cfg.model.name,
+                                      "checkpoint": str(path.relative_to(run.path)), "sha256": file_digest(path)})
+
+
+def init_checkpoint(init_from: str) -> Path:
+    """``init_from``: a run folder (its best checkpoint, checked against its metrics.json) or a checkpoint file or
+    folder inside a run's ``checkpoints/``; checked readable, nothing loaded."""
+    path = Path(init_from)
+    if path.parent.name == CHECKPOINT_DIR and path.name.endswith(".ckpt"):
+        RunFolder.existing(path.parent.parent, "init_from")
+        read_meta(path)
+        return path
+    return RunFolder.existing(path, "init_from").checkpoint("best")
+
+
+def initialize(task: RecommenderTask, init_from: str) -> dict:
+    """Load the weights of ``init_from`` (a stage's start: an SFT run) into ``task``; -> what to record."""
+    path = init_checkpoint(init_from)
+    load_weights(path, task)
+    meta = read_meta(path)
+    return {"checkpoint": str(path), "sha256": file_digest(path), "epoch": int(meta["epoch"]),
+            "global_step": int(meta["global_step"])}
 
 
 #: ``model.kind`` -> the builder of its task

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
+from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.loggers import TrackerRuns, read_continuations
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 from genrec.training.tables import DynamicTablesCheckpoint
@@ -33,8 +34,8 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
     "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
-    "resume_from": (str, type(None)), "model.dim": (int,), "telemetry.enabled": (bool,),
-    "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
+    "resume_from": (str, type(None)), "init_from": (str, type(None)), "model.dim": (int,),
+    "telemetry.enabled": (bool,), "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
 }
 #: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
@@ -114,8 +115,19 @@ def check_train_config(cfg: DictConfig) -> None:
 
 def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     """``cfg.trainer`` as keyword arguments; with ``sharding.type`` set, the strategy is genrec's
-    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process."""
+    :class:`TorchRecStrategy` (tables sharded, dense part data-parallel), even in one process; with
+    ``fsdp.enabled``, Lightning's ModelParallelStrategy (FSDP2, genrec/training/fsdp.py)."""
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    fsdp = FSDPConfig.from_config(cfg.get("fsdp"))
+    if fsdp.enabled:
+        if kwargs.get("strategy", "auto") != "auto":
+            raise ConfigError("trainer.strategy", f"fsdp=full trains with Lightning's ModelParallelStrategy: leave "
+                                                  f"trainer.strategy at auto (got {kwargs['strategy']!r})")
+        if cfg.get("sharding") and cfg.sharding.get("type"):
+            raise ConfigError("fsdp", "fsdp=full shards a generative model's dense backbone; sharding= shards "
+                                      "TorchRec tables: choose one")
+        kwargs["strategy"] = FSDPStrategy(fsdp, kwargs.get("devices", 1))
+        return kwargs
     sharding = ShardingConfig.from_config(cfg.sharding)
     if sharding.enabled:
         if kwargs.get("strategy", "auto") != "auto":

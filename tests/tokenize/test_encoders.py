@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from genrec.conf import CONF_DIR
 from genrec.errors import DataError, UserError
 from genrec.runs import file_digest
-from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, TextEncoder,
-                                      item_texts)
+from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, FusedEncoder,
+                                      TextEncoder, item_texts)
 from genrec.training.builders import build_datamodule, build_task
 from tests.shared import skip_without_shared
 from tests.tokenize.helpers import make_data
@@ -102,6 +102,27 @@ def test_parquet_embeddings_are_reordered_to_dense_ids(tmp_path):
     pd.DataFrame({"item": [10, 20, 30, 99], "embedding": [[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [9.0, 9.0]]}
                  ).to_parquet(path)
     np.testing.assert_array_equal(FileEncoder(str(path)).encode(data).vectors, [[3, 0], [1, 0], [2, 0]])
+
+
+def test_fused_embeddings_are_the_weighted_unit_parts_side_by_side(tmp_path):
+    data = make_data(None, raw_ids=["a", "b", "c"])
+    first, second = np.array([[3.0, 4.0], [0.0, 2.0], [1.0, 0.0]]), np.array([[1.0, 1.0, 0.0], [0, 0, 5], [2, 0, 0]])
+    np.save(tmp_path / "first.npy", first.astype(np.float32))
+    np.save(tmp_path / "second.npy", second.astype(np.float32))
+    parts = {name: {"_target_": "genrec.tokenize.encoders.FileEncoder", "path": str(tmp_path / f"{name}.npy")}
+             for name in ("first", "second")}
+    out = FusedEncoder(parts, {"first": 1.0, "second": 4.0}).encode(data)
+    expected = np.array([[0.6, 0.8, 2 / np.sqrt(2), 2 / np.sqrt(2), 0], [0, 1, 0, 0, 2], [1, 0, 2, 0, 0]])
+    np.testing.assert_allclose(out.vectors, expected, rtol=1e-6)
+    # squared distances: the weighted sum of the parts' squared distances between unit vectors
+    d = ((out.vectors[0] - out.vectors[2]) ** 2).sum()
+    unit = [p / np.linalg.norm(p, axis=1, keepdims=True) for p in (first, second)]
+    assert d == pytest.approx(((unit[0][0] - unit[0][2]) ** 2).sum() + 4 * ((unit[1][0] - unit[1][2]) ** 2).sum())
+    assert out.info["parts"]["second"]["dim"] == 3 and out.info["weights"] == {"first": 1.0, "second": 4.0}
+    with pytest.raises(UserError, match="encoder.weights: expected one weight per part"):
+        FusedEncoder(parts, {"first": 1.0})
+    with pytest.raises(UserError, match="every weight must be positive"):
+        FusedEncoder(parts, {"first": 1.0, "second": 0.0})
 
 
 def test_embedding_files_that_do_not_match_the_items_fail_clearly(tmp_path):

@@ -1,0 +1,119 @@
+"""Distillation from a trained ID-based run (SASRec, HSTU) into a generative recommender: the next-token loss plus
+``weight`` x the cross-entropy between the teacher's distribution over its top items at every training position,
+summed by code prefix, and the student's per-level softmax along the true target's codes
+(:mod:`genrec.models.distill`). The student's compute per step is that of plain training: the distillation term
+reads the log-probabilities the next-token loss computes anyway. The teacher is frozen, in eval mode (it draws no
+random numbers), not part of the student's state dict or checkpoints: a resumed run reads it again from its run
+folder, which ``distill.teacher`` names."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from genrec.data.batch import JaggedBatch
+from genrec.errors import ConfigError
+from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
+from genrec.models.generative import GenerativeRecommender
+from genrec.models.recommender import SequentialRecommender
+from genrec.training.generative import GenerativeTask, global_mean
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """``distill.*`` (conf/distill).
+
+    Attributes:
+        teacher: a genrec-train run folder of a retrieval model trained on the same dataset.
+        checkpoint: its ``best`` (the checkpoint its metrics.json names) or ``last`` checkpoint.
+        weight: weight of the distillation term (0: plain next-token training).
+        top_k: the teacher's items per position whose probabilities are distilled.
+        temperature: the teacher's softmax temperature.
+    """
+
+    teacher: str
+    checkpoint: str = "best"
+    weight: float = 1.0
+    top_k: int = 100
+    temperature: float = 1.0
+
+    @classmethod
+    def from_config(cls, node: DictConfig | None) -> "DistillConfig | None":
+        """The settings, or ``None`` for ``distill=none``; bad values are a :class:`ConfigError`."""
+        if node is None or not node.get("teacher"):
+            return None
+        values = OmegaConf.to_container(node, resolve=True)
+        values.pop("name", None)
+        try:
+            config = cls(**values)
+        except TypeError as err:
+            raise ConfigError("distill", str(err)) from None
+        if config.weight < 0:
+            raise ConfigError("distill.weight", f"got {config.weight}, expected a value >= 0")
+        if config.top_k < 1:
+            raise ConfigError("distill.top_k", f"got {config.top_k}, expected at least 1")
+        if not config.temperature > 0:
+            raise ConfigError("distill.temperature", f"got {config.temperature}, expected a positive number")
+        if config.checkpoint not in ("best", "last"):
+            raise ConfigError("distill.checkpoint", f"got {config.checkpoint!r}, expected best or last")
+        return config
+
+
+class FrozenTeacher:
+    """A trained :class:`SequentialRecommender`, frozen and in eval mode. Deliberately not an ``nn.Module``
+    attribute of the task: its weights stay out of the student's state dict, checkpoints and optimizer."""
+
+    def __init__(self, model: SequentialRecommender, info: dict[str, Any]):
+        self.model, self.info = model.eval().requires_grad_(False), info
+
+    @torch.no_grad()
+    def scores(self, batch: JaggedBatch, positions: torch.Tensor) -> torch.Tensor:
+        """``(P, num_items + 1)`` the teacher's scores of every item after each of ``positions (P,)`` of the batch's
+        inputs (padding column ``-inf``)."""
+        self.model.to(batch.item_ids.device)
+        scores = self.model.encode(batch)[positions] @ self.model.all_item_vectors().T
+        scores[:, 0] = float("-inf")
+        return scores
+
+
+class DistillTask(GenerativeTask):
+    """:class:`GenerativeTask` whose loss adds ``weight`` x the distillation term; logs ``train/nll`` and
+    ``train/distill`` beside the total.
+
+    Args:
+        model: the student.
+        teacher: the frozen teacher.
+        distill: the settings.
+        kwargs: :class:`GenerativeTask` settings.
+    """
+
+    def __init__(self, model: GenerativeRecommender, teacher: FrozenTeacher, distill: DistillConfig, **kwargs):
+        super().__init__(model, **kwargs)
+        if teacher.model.num_items != model.num_items:
+            raise ConfigError("distill.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
+                                                 f"{model.num_items}")
+        self.teacher, self.distill = teacher, distill
+
+    def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
+        targets = self.model.target_log_probs(batch)
+        codes = self.model.sids.codes[targets.items]
+        nll = targets.nll(codes)
+        taught = targets.positions >= 0
+        positions = targets.positions[taught]
+        items, probs = teacher_top_k(self.teacher.scores(batch, positions), self.distill.top_k,
+                                     self.distill.temperature)
+        teacher_levels = level_targets(self.model.sids.codes, items, probs, codes[taught],
+                                       self.model.sids.codebook_sizes)
+        distill = distillation_loss([level[taught] for level in targets.levels], teacher_levels)
+        for name, value in (("nll", nll), ("distill", distill)):
+            self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
+                     sync_dist=True)
+        return global_mean(nll + self.distill.weight * distill, len(targets.items))
+
+    def run_info(self) -> dict[str, Any]:
+        d = self.distill
+        return {**super().run_info(),
+                "distill": {"teacher": self.teacher.info, "weight": d.weight, "top_k": d.top_k,
+                            "temperature": d.temperature}}

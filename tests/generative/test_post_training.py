@@ -1,0 +1,313 @@
+"""Post-training of generative recommenders: the preference losses (S-DPO with one negative is DPO; hand-checked
+values), preference data from the training split only, the reference log-probabilities computed once, cached,
+frozen and carried by checkpoints, distillation targets summed through the code prefixes, distillation with weight
+0 equal to plain training, and stages started from another run's weights (``init_from``)."""
+from __future__ import annotations
+
+import copy
+import math
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from genrec.conf import CONF_DIR
+from genrec.data.datamodule import load_dataset
+from genrec.data.schema import SequenceData
+from genrec.errors import ConfigError, UserError
+from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
+from genrec.models.preference import preference_loss
+from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+from genrec.training.align import AlignConfig, AlignTask, beam_negatives, popularity_negatives, preference_examples
+from genrec.training.builders import build_datamodule, build_task, initialize
+from genrec.training.distill import DistillConfig, DistillTask
+from tests.conftest import TINY_RUN
+from tests.generative.helpers import one_thread
+
+single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
+
+#: the tiny synthetic dataset of tests/conftest.py (the SASRec teacher `tiny_run` trains on it)
+DATA = [o for o in TINY_RUN if o.startswith("data.reader.")] + ["data.max_len=10", "data.batch_size=64"]
+GENERATOR = ["model=sid_gpt", "model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32"]
+
+
+def _compose(overrides):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+# ---- losses ------------------------------------------------------------------------------------------------------
+
+def test_sdpo_with_one_negative_equals_dpo():
+    g = torch.Generator().manual_seed(0)
+    policy = torch.randn(32, 2, generator=g, requires_grad=True)
+    reference = torch.randn(32, 2, generator=g)
+    results = {}
+    for kind in ("dpo", "sdpo"):
+        out = preference_loss(kind, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:], beta=0.5)
+        grad, = torch.autograd.grad(out.losses.mean(), policy)
+        results[kind] = (out.losses, grad)
+    assert torch.allclose(results["dpo"][0], results["sdpo"][0], atol=1e-7, rtol=0)
+    assert torch.allclose(results["dpo"][1], results["sdpo"][1], atol=1e-8, rtol=0)
+
+
+def test_preference_losses_hand_checked():
+    zero = torch.zeros(1)
+    # every reward 0: DPO is -log sigmoid(0) = log 2 per pair; S-DPO over K rejected is log(1 + K)
+    rejected = torch.zeros(1, 3)
+    assert float(preference_loss("dpo", zero, rejected, zero, rejected, 1.0).losses) == pytest.approx(math.log(2))
+    assert float(preference_loss("sdpo", zero, rejected, zero, rejected, 1.0).losses) == pytest.approx(math.log(4))
+    # chosen log-ratio +1, rejected log-ratios [-1, 0] at beta 2: rewards 2 and [-2, 0]
+    out = preference_loss("sdpo", torch.tensor([1.0]), torch.tensor([[-1.0, 0.0]]), zero, torch.zeros(1, 2), 2.0)
+    assert float(out.losses) == pytest.approx(math.log(1 + math.exp(-4) + math.exp(-2)))
+    assert float(out.stats()["reward_margin"]) == pytest.approx(2 - (-1)) and float(out.stats()["reward_accuracy"]) == 1
+    dpo = preference_loss("dpo", torch.tensor([1.0]), torch.tensor([[-1.0, 0.0]]), zero, torch.zeros(1, 2), 2.0)
+    assert float(dpo.losses) == pytest.approx((math.log1p(math.exp(-4)) + math.log1p(math.exp(-2))) / 2)
+
+
+# ---- preference data ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The tiny dataset's cache and a SID table of its items (random codes 8 x 8 x 4)."""
+    tmp = tmp_path_factory.mktemp("post")
+    cfg = _compose(DATA + [f"data.cache_dir={tmp / 'cache'}"])
+    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
+    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
+    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
+    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids,
+             dataset=data.name).save(tmp / "sid")
+    return tmp
+
+
+def _base(workdir) -> list[str]:
+    return DATA + GENERATOR + [f"sid_table={workdir / 'sid'}", f"data.cache_dir={workdir / 'cache'}", "seed=3"]
+
+
+def _with_other_held_out_items(data: SequenceData, seed: int) -> SequenceData:
+    """The same data with every user's validation and test items replaced by other items."""
+    items = data.item_ids.copy()
+    held_out = np.concatenate([data.offsets[1:] - 2, data.offsets[1:] - 1])
+    items[held_out] = np.random.default_rng(seed).integers(1, data.num_items + 1, len(held_out))
+    assert (items[held_out] != data.item_ids[held_out]).mean() > 0.9
+    return SequenceData(data.name, items, data.offsets, data.timestamps, data.item_raw_ids, data.user_raw_ids)
+
+
+def test_preference_data_never_touches_validation_or_test_items(workdir):
+    cfg = _compose(_base(workdir) + ["align=dpo"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    data = dm.data
+    task = build_task(cfg, data.num_items, data.item_raw_ids).eval()
+    made = {}
+    for name, d in (("original", data), ("other held-out items", _with_other_held_out_items(data, 1))):
+        examples = preference_examples(d, dm.max_len)
+        prompts = [list(b.item_ids.tolist()) for _, b in examples.batches(50)]
+        made[name] = (examples.users, examples.chosen, examples.popularity, prompts,
+                      popularity_negatives(examples, 5, seed=0),
+                      beam_negatives(task.model, examples, 4, 50, torch.device("cpu")))
+    for a, b in zip(*made.values()):
+        assert np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    users, chosen, _, _, popular, hard = made["original"]
+    for row, user in enumerate(users):
+        training = set(data.sequence(user)[:-2].tolist())
+        assert chosen[row] == data.sequence(user)[-3]  # the last training item
+        assert not set(popular[row].tolist()) & training and len(set(popular[row].tolist())) == 5
+        assert not set(hard[row].tolist()) & training
+
+
+def test_beam_negatives_are_the_models_top_wrong_items(workdir):
+    cfg = _compose(_base(workdir))
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids).eval()
+    examples = preference_examples(dm.data, dm.max_len)
+    hard = beam_negatives(task.model, examples, 3, 64, torch.device("cpu"))
+    _, batch = next(examples.batches(8))
+    with torch.no_grad():
+        every = task.model.item_log_probs(batch, torch.arange(1, dm.data.num_items + 1).expand(8, -1))
+    for row in range(8):
+        ranked = [i + 1 for i in every[row].argsort(descending=True).tolist()
+                  if i + 1 not in set(batch.seen_ids[batch.seen_offsets[row]:batch.seen_offsets[row + 1]].tolist())]
+        assert hard[row].tolist() == ranked[:3]
+
+
+# ---- the reference cache -----------------------------------------------------------------------------------------
+
+def _fit(task, dm, steps: int, ckpt_path=None) -> L.Trainer:
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                        accelerator="cpu", use_distributed_sampler=False)
+    trainer.fit(task, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+    return trainer
+
+
+def test_reference_log_probs_are_computed_once_cached_frozen_and_checkpointed(workdir, tmp_path):
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    assert isinstance(task, AlignTask)
+    initial = copy.deepcopy(task.model.state_dict())
+    trainer = _fit(task, dm, steps=4)
+    assert task.reference_passes == 1
+    cached = task.preferences["reference_log_probs"].clone()
+    assert not cached.requires_grad
+    # frozen: the cache holds the initial weights' log-probabilities, which the trained policy no longer gives
+    fresh = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    fresh.model.load_state_dict(initial)
+    assert torch.allclose(fresh.build_preferences(dm.data, dm.max_len)["reference_log_probs"], cached, atol=1e-6)
+    moved = task.build_preferences(dm.data, dm.max_len)["reference_log_probs"]
+    assert (moved - cached).abs().max() > 1e-3
+    # a stage resumed from a checkpoint reads the cache back instead of recomputing it from the moved weights
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    resumed = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    _fit(resumed, dm, steps=6, ckpt_path=tmp_path / "last.ckpt")
+    assert resumed.reference_passes == 0
+    assert torch.equal(resumed.preferences["reference_log_probs"], cached)
+    assert torch.equal(resumed.preferences["negatives"], task.preferences["negatives"])
+    # what the steps did, over every training example: policy != reference
+    assert task.preference_stats(dm.data, dm.max_len)["loss"] != pytest.approx(math.log(4), abs=1e-4)
+
+
+def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+              use_distributed_sampler=False).test(task, datamodule=dm, verbose=False)
+    stats = task.run_info()["align"]["tested_weights_on_training_examples"]
+    assert stats == task.preference_stats(dm.data, dm.max_len)
+    for name in ("chosen_log_ratio", "rejected_log_ratio", "chosen_reward", "rejected_reward", "reward_margin"):
+        assert stats[name] == pytest.approx(0.0, abs=1e-5), name
+    assert stats["loss"] == pytest.approx(math.log(1 + 3), abs=1e-5)  # S-DPO with every reward 0
+    assert stats["reward_accuracy"] == 0.0
+
+
+@pytest.mark.parametrize("group, name", [(g, p.stem) for g in ("align", "distill")
+                                         for p in sorted((CONF_DIR / g).glob("*.yaml"))])
+def test_align_and_distill_configs_build_their_settings(group, name):
+    overrides = [f"{group}={name}"] + (["distill.teacher=runs/x"] if (group, name) == ("distill", "teacher") else [])
+    settings = (AlignConfig if group == "align" else DistillConfig).from_config(_compose(overrides)[group])
+    assert (settings is None) == (name == "none")
+    if group == "align" and settings:
+        assert settings.loss == name
+
+
+def test_align_and_distill_settings_are_checked():
+    for override, message in [("align.beta=0", "align.beta: got 0"), ("align.negatives=random", "align.negatives"),
+                              ("align.num_negatives=0", "align.num_negatives: got 0"),
+                              ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
+        with pytest.raises(ConfigError, match=message):
+            AlignConfig.from_config(_compose(["align=dpo", override]).align)
+    with pytest.raises(ConfigError, match="distill.weight: got -1"):
+        DistillConfig.from_config(_compose(["distill=teacher", "distill.teacher=x", "distill.weight=-1"]).distill)
+    assert AlignConfig.from_config(_compose(["align=none"]).align) is None
+    assert DistillConfig.from_config(_compose(["distill=none"]).distill) is None
+    assert AlignConfig.from_config(_compose(["align=sdpo"]).align) == AlignConfig(loss="sdpo", num_negatives=8)
+
+
+# ---- distillation ------------------------------------------------------------------------------------------------
+
+def test_level_targets_sum_teacher_probabilities_by_code_prefix():
+    g = torch.Generator().manual_seed(0)
+    sizes = (3, 4, 2)
+    every = torch.cartesian_prod(*[torch.arange(k) for k in sizes])
+    codes = torch.cat([torch.full((1, 3), -1), every[torch.randperm(len(every), generator=g)[:20]]])  # 20 items
+    scores = torch.randn(6, 21, generator=g)
+    scores[:, 0] = float("-inf")
+    items, probs = teacher_top_k(scores, k=8, temperature=0.7)
+    assert torch.allclose(probs.sum(1), torch.ones(6)) and not (items == 0).any()
+    targets = codes[torch.tensor([1, 5, 9, 13, 17, 20])]
+    levels = level_targets(codes, items, probs, targets, sizes)
+    for p in range(6):  # brute force: sum the top items' probabilities under the target's prefix, code by code
+        for level, size in enumerate(sizes):
+            expected = torch.zeros(size)
+            for item, prob in zip(items[p].tolist(), probs[p].tolist()):
+                if torch.equal(codes[item, :level], targets[p, :level]):
+                    expected[codes[item, level]] += prob
+            assert torch.allclose(levels[level][p], expected, atol=1e-6)
+    # level 0 is the exact cross-entropy between the teacher's and the student's first-code marginals
+    student = [torch.log_softmax(torch.randn(6, k, generator=g), 1) for k in sizes]
+    only_first = distillation_loss(student[:1], levels[:1])
+    assert float(only_first) == pytest.approx(float(-(levels[0] * student[0]).sum(1).mean()), abs=1e-6)
+
+
+def test_distillation_with_weight_zero_equals_plain_training(tiny_run, workdir):
+    """A tiny SASRec run (conftest's tiny_run, same dataset) as teacher; with dropout on, so any extra draw from
+    the random state would show."""
+    teacher_dir, _ = tiny_run
+    weights = {}
+    for name, extra in (("plain", []), ("distill", ["distill=teacher", f"distill.teacher={teacher_dir}",
+                                                    "distill.weight=0.0"])):
+        cfg = _compose(_base(workdir) + extra)
+        L.seed_everything(cfg.seed, verbose=False)
+        dm = build_datamodule(cfg)
+        dm.setup()
+        task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+        assert isinstance(task, DistillTask) == (name == "distill")
+        _fit(task, dm, steps=5)
+        weights[name] = task.model.state_dict()
+    assert weights["plain"].keys() == weights["distill"].keys()
+    for key, value in weights["plain"].items():
+        other = weights["distill"][key]
+        assert torch.equal(value, other) if torch.is_tensor(value) else value == other, key
+
+
+def test_distillation_moves_the_student_towards_the_teacher(tiny_run, workdir):
+    """Trained on (almost) the distillation term alone, the student's cross-entropy to the teacher (sharpened by a
+    low temperature: the 1-epoch tiny teacher is nearly uniform) falls well below that of the same student trained
+    as long on the next-token loss alone."""
+    teacher_dir, _ = tiny_run
+    terms = {}
+    for weight in (0.0, 1000.0):
+        cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}",
+                                         f"distill.weight={weight}", "model.backbone.dropout=0.0", "optim.lr=1e-2",
+                                         "distill.temperature=0.05"])
+        L.seed_everything(cfg.seed, verbose=False)
+        dm = build_datamodule(cfg)
+        dm.setup()
+        task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+        _fit(task, dm, steps=10)
+        batch = next(iter(dm.train_dataloader()))
+        with torch.no_grad():
+            targets = task.model.target_log_probs(batch)
+            codes = task.model.sids.codes[targets.items]
+            taught = targets.positions >= 0
+            items, probs = teacher_top_k(task.teacher.scores(batch, targets.positions[taught]), 100, 0.05)
+            q = level_targets(task.model.sids.codes, items, probs, codes[taught], task.model.sids.codebook_sizes)
+            terms[weight] = float(distillation_loss([lv[taught] for lv in targets.levels], q))
+    assert terms[1000.0] < terms[0.0] - 0.1
+
+
+def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
+    teacher_dir, _ = tiny_run
+    cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.max_len=30"])
+    with pytest.raises(ConfigError, match="the teacher reads at most 20 items"):
+        build_task(cfg, 120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
+    with pytest.raises(ConfigError, match="align or distill, not both"):
+        build_task(_compose(_base(workdir) + ["align=dpo", "distill=teacher", f"distill.teacher={teacher_dir}"]),
+                   120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
+
+
+# ---- stages: init_from -------------------------------------------------------------------------------------------
+
+def test_init_from_loads_the_run_weights_and_refuses_another_model(tiny_run, workdir):
+    run_dir, _ = tiny_run
+    sasrec = _compose(TINY_RUN + [f"data.cache_dir={workdir / 'cache'}"])
+    dm = build_datamodule(sasrec)
+    dm.setup()
+    task = build_task(sasrec, dm.data.num_items, dm.data.item_raw_ids)
+    record = initialize(task, str(run_dir))
+    saved = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+    assert all(torch.equal(v, saved[k]) for k, v in task.state_dict().items())
+    assert record["checkpoint"].endswith("best.ckpt") and len(record["sha256"]) == 64
+    generator = build_task(_compose(_base(workdir)), dm.data.num_items, dm.data.item_raw_ids)
+    with pytest.raises(UserError, match="does not fit the model of this config"):
+        initialize(generator, str(run_dir))
+    with pytest.raises(UserError, match="init_from=.*does not exist"):
+        initialize(generator, str(workdir / "nothing"))
