@@ -18,7 +18,8 @@ from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_MODULES = {"genrec.train": ROOT / "genrec/train.py", "genrec.evaluate": ROOT / "genrec/evaluate.py",
-               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py"}
+               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py",
+               "genrec.stream.cli": ROOT / "genrec/stream/cli.py"}
 
 
 def _imports(path: Path) -> set[str]:

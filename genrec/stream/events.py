@@ -144,11 +144,12 @@ class Events:
 
 
 def _one_id(value: Any) -> int | str | None:
-    """An ID as read -> int (fits int64), str (to hash) or None (missing or not an ID)."""
+    """An ID as read -> int (fits int64), str (to hash: text, or an integer beyond int64) or None (missing, or a
+    number that is not an integer)."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, np.integer)):
-        return int(value) if _INT64[0] <= value <= _INT64[1] else None
+        return int(value) if _INT64[0] <= value <= _INT64[1] else str(value)  # beyond int64: hashed as text
     if isinstance(value, (float, np.floating)):
         return int(value) if math.isfinite(value) and value == math.floor(value) and abs(value) < 2**63 else None
     if isinstance(value, bytes):

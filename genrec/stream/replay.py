@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.schema import ITEM, TIMESTAMP, USER, InteractionLog
 from genrec.errors import DataError
@@ -36,8 +37,10 @@ class ReplaySource(Source):
     """The events of a dataset in timestamp order, read from the reader config ``reader`` (a ``data.reader``
     node: ``_target_`` + arguments). Offsets are row numbers of that order; nothing is committed."""
 
-    def __init__(self, reader: dict, limit: int | None = None):
-        self.reader, self.limit = reader, limit
+    def __init__(self, reader: dict | DictConfig, limit: int | None = None):
+        if isinstance(reader, DictConfig):
+            reader = OmegaConf.to_container(reader, resolve=True)
+        self.reader, self.limit = dict(reader), limit
         self.frame: pd.DataFrame | None = None
         self.position = 0
         self.description = {"kind": "replay", "reader": dict(reader)}

@@ -22,12 +22,14 @@ from tests.stream.helpers import TINY, assert_same_state, compose_stream, final_
 SMALL_TABLE = ["model.embedding.capacity=300", "model.embedding.pinned_batches=1"]
 
 
-def _run(tmp_path, name, overrides, events_dir):
+def _run(tmp_path, name, overrides, events_dir=None):
+    """A run of the tiny model on a small tier 0 with an SSD tier; from the event files in ``events_dir``, or from
+    the source the overrides name."""
     run_dir = tmp_path / name
-    cfg = compose_stream(TINY + SMALL_TABLE + [f"source.path={events_dir}", "source.poll_seconds=0.05",
-                                               f"model.embedding.store.path={tmp_path / (name + '-store')}",
-                                               f"source.commit_path={tmp_path / (name + '-commit.json')}",
-                                               *overrides])
+    source = [f"source.path={events_dir}", "source.poll_seconds=0.05",
+              f"source.commit_path={tmp_path / (name + '-commit.json')}"] if events_dir else []
+    cfg = compose_stream(TINY + SMALL_TABLE + source + [f"model.embedding.store.path={tmp_path / (name + '-store')}",
+                                                        *overrides])
     return run_dir, cli.run(cfg, run_dir)
 
 
@@ -81,6 +83,19 @@ def test_a_stopped_run_resumes_bit_identical(tmp_path, stream_files):
     a, b = (pd.read_csv(d / "logs" / "prequential.csv") for d in (whole, parts))
     a, b = (x[x.complete == 1].reset_index(drop=True) for x in (a, b))
     pd.testing.assert_frame_equal(a, b)  # the closed windows: written once, the same
+
+
+def test_the_same_events_from_redis_train_the_same_model(tmp_path, stream_files, redis_server):
+    from genrec.stream.redis_streams import publish
+
+    folder, frame = stream_files
+    publish(redis_server.client, "same-events", frame)
+    files, _ = _run(tmp_path, "files", [], folder)
+    redis_run, metrics = _run(tmp_path, "redis", ["source=redis", f"source.url={redis_server.url}",
+                                                  "source.stream=same-events", "source.block_ms=100"])
+    assert metrics["counts"]["accepted"] == len(frame)
+    assert redis_server.client.xpending("same-events", "genrec")["pending"] == 0  # everything acknowledged
+    assert_same_state(final_state(files), final_state(redis_run))
 
 
 def test_bad_input_is_counted_and_dead_lettered(tmp_path):
