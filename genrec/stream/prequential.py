@@ -8,10 +8,11 @@ are removed from the ranking; ties go to the item seen first; a target that is n
 the model holds no row for (an item it cannot serve), is a miss. Ranks go through genrec's own metric code
 (:class:`genrec.eval.metrics.RankingMetrics`: Recall@K, NDCG@K, MRR).
 
-Windows: tumbling windows of ``window_events`` evaluated events and of ``window_seconds`` of event time (a time
-window closes when a later one starts; an event older than the open time window is counted in the totals only).
-Each closed window is one row per method of ``logs/prequential.csv`` and TensorBoard scalars; the totals (all
-events, and events from ``from_time`` on) go to ``metrics.json``; :func:`plot_prequential` draws the windows.
+Events are ranked from the event time ``from_time`` on (all of them by default; e.g. the last 20% of a replay after
+a warm-up the model trains on unranked). Windows: tumbling windows of ``window_events`` ranked events and of
+``window_seconds`` of event time (a time window closes when a later one starts; an event older than the open time
+window is counted in the totals only). Each closed window is one row per method of ``logs/prequential.csv`` and
+TensorBoard scalars; the totals go to ``metrics.json``; :func:`plot_prequential` draws the windows.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class Prequential:
         methods: the names ranked side by side.
         ks: metric cut-offs.
         window_events / window_seconds: window sizes (0: no such windows).
-        from_time: the second total counts events with a timestamp ``>= from_time`` (``None``: not kept).
+        from_time: events earlier than this are not ranked (``None``: every event is).
         csv: the CSV log of closed windows; writer: a TensorBoard ``SummaryWriter`` or ``None``.
     """
 
@@ -69,7 +70,7 @@ class Prequential:
         self.late = 0
         self.open: dict[str, int | None] = dict.fromkeys(KINDS)
         self.windows = {kind: self._metrics() for kind in KINDS}
-        self.totals = {"all": self._metrics(), "from_time": self._metrics()}
+        self.totals = self._metrics()
 
     def _metrics(self) -> dict[str, RankingMetrics]:
         return {m: RankingMetrics(self.ks) for m in self.methods}
@@ -84,10 +85,7 @@ class Prequential:
         if m == 0:
             return
         for method in self.methods:
-            self.totals["all"][method].update(ranks[method], MISS)
-            if self.from_time is not None:
-                late = times >= self.from_time
-                self.totals["from_time"][method].update(ranks[method][torch.from_numpy(late)], MISS)
+            self.totals[method].update(ranks[method], MISS)
         window_ids = {"events": (self.evaluated + np.arange(m)) // max(self.sizes["events"], 1),
                       "time": times // max(self.sizes["time"], 1)}
         self.evaluated += m
@@ -126,12 +124,8 @@ class Prequential:
                 self._close(kind, complete=False)
 
     def summary(self) -> dict[str, Any]:
-        out = {"evaluated": self.evaluated, "late_for_time_window": self.late,
-               "all": {m: self.totals["all"][m].compute() for m in self.methods}}
-        if self.from_time is not None:
-            out["from_time"] = {"time": self.from_time, "events": self.totals["from_time"][self.methods[0]].count,
-                                **{m: self.totals["from_time"][m].compute() for m in self.methods}}
-        return out
+        return {"evaluated": self.evaluated, "from_time": self.from_time, "late_for_time_window": self.late,
+                "all": {m: self.totals[m].compute() for m in self.methods}}
 
     def state(self) -> dict[str, Any]:
         """Everything needed to continue exactly (for the trainer's checkpoint): plain numbers only."""
@@ -139,8 +133,7 @@ class Prequential:
             return {m: {"count": r.count, "sums": dict(r.sums)} for m, r in group.items()}
 
         return {"evaluated": self.evaluated, "late": self.late, "open": dict(self.open),
-                "windows": {k: pack(v) for k, v in self.windows.items()},
-                "totals": {k: pack(v) for k, v in self.totals.items()}}
+                "windows": {k: pack(v) for k, v in self.windows.items()}, "totals": pack(self.totals)}
 
     def load(self, state: dict[str, Any]) -> None:
         def unpack(group: dict[str, RankingMetrics], saved: dict[str, Any]) -> None:
@@ -150,8 +143,7 @@ class Prequential:
         self.evaluated, self.late, self.open = int(state["evaluated"]), int(state["late"]), dict(state["open"])
         for k in KINDS:
             unpack(self.windows[k], state["windows"][k])
-        for k in self.totals:
-            unpack(self.totals[k], state["totals"][k])
+        unpack(self.totals, state["totals"])
 
 
 def plot_prequential(csv_path: Path, out_png: Path, metrics: tuple[str, ...] = ("recall@10", "ndcg@10", "mrr")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.schema import ITEM, TIMESTAMP, USER, InteractionLog
@@ -46,9 +47,8 @@ class ReplaySource(Source):
         self.description = {"kind": "replay", "reader": dict(reader)}
 
     def bind(self, schema: EventSchema, run_dir: str) -> None:
-        from genrec.data.datamodule import read_log
-
-        self.frame = event_frame(read_log(self.reader), schema)
+        kwargs = dict(self.reader)  # called directly, so that a reader's DataError reaches the CLI as one line
+        self.frame = event_frame(get_method(kwargs.pop("_target_"))(**kwargs), schema)
         if self.limit is not None:
             self.frame = self.frame.iloc[:self.limit].reset_index(drop=True)
         self.description["events"] = len(self.frame)

@@ -110,6 +110,7 @@ class StreamTrainer:
         s = cfg.stream
         self.schema = EventSchema.build(s.schema)
         self.batch_size, self.max_len = int(s.batch_size), int(s.max_len)
+        self.train = bool(s.train)
         self.checkpoints = Checkpoints(self.run_dir / "checkpoints", int(cfg.checkpoint.keep))
         live = self.run_dir / "live"
         self.histories = UserHistories(live / "users", self.max_len, cfg.state.backend, int(cfg.state.cache_mib))
@@ -170,7 +171,7 @@ class StreamTrainer:
         max_events = s.max_events
         while max_events is None or self.counts["records"] < max_events:
             want = self.batch_size if max_events is None else min(self.batch_size, max_events - self.counts["records"])
-            records = self._read(want)
+            records = self.read(want)
             if len(records) == 0:
                 if s.stop_when_idle:
                     break
@@ -185,7 +186,8 @@ class StreamTrainer:
                 self._export(self.checkpoint())
         return self.finish()
 
-    def _read(self, want: int) -> Records:
+    def read(self, want: int) -> Records:
+        """Up to ``want`` records: reads until that many or the source has no more for now."""
         parts, got = [], 0
         while got < want:
             part = self.source.read(want - got)
@@ -213,8 +215,8 @@ class StreamTrainer:
             if self.prequential is not None and examples.num_targets:
                 self._predict(events, examples)
             batch_time = int(events.times.max())
-            loss = self.learner.train(examples, batch_time)
-            if examples.num_targets:
+            loss = self.learner.train(examples, batch_time) if self.train else float("nan")
+            if examples.num_targets and self.train:
                 self.counts["steps"] += 1
                 self._interval["loss"] += loss
                 self._interval["steps"] += 1
@@ -260,13 +262,20 @@ class StreamTrainer:
         return events.take(~(duplicate | late)), rejected
 
     def _predict(self, events: Events, examples: Examples) -> None:
-        """Rank every target by the model and each baseline (the state at the start of the batch)."""
-        queries = self.learner.queries(examples)  # (M, D)
+        """Rank every target (from ``prequential.from_time`` on) by the model and each baseline (the state at the
+        start of the batch)."""
+        times = events.times[examples.target_events]
+        ranked = np.ones(len(times), dtype=bool) if self.prequential.from_time is None else \
+            times >= self.prequential.from_time
+        if not ranked.any():
+            return
+        queries = self.learner.queries(examples)[torch.from_numpy(ranked)]  # (M, D)
         candidates = self.items.ids  # (C,)
-        targets = events.items[examples.target_events]
+        targets = events.items[examples.target_events[ranked]]
         target_columns = self.items.columns(targets)
         seen_columns = self.items.columns(examples.seen_ids)
-        contexts = [seen_columns[a:b] for a, b in zip(examples.seen_offsets[:-1], examples.seen_offsets[1:])]
+        contexts = [seen_columns[a:b] for a, b, keep in
+                    zip(examples.seen_offsets[:-1], examples.seen_offsets[1:], ranked) if keep]
         ranks: dict[str, list[torch.Tensor]] = {m: [] for m in self.methods}
         vectors, has_row = self.learner.item_vectors(candidates)
         step = max(1, SCORE_CHUNK // max(len(candidates), 1))
@@ -279,7 +288,7 @@ class StreamTrainer:
             for name, baseline in self.baselines.items():
                 ranks[name].append(ranks_of(baseline.scores(contexts[part], len(candidates)), target_columns[part],
                                             contexts[part]))
-        self.prequential.add({m: torch.cat(r) for m, r in ranks.items()}, events.times[examples.target_events])
+        self.prequential.add({m: torch.cat(r) for m, r in ranks.items()}, times[ranked])
 
     def _update_state(self, events: Events, examples: Examples) -> None:
         self.histories.write(examples.users, examples.lengths, examples.items, examples.times)

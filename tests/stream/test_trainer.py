@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from genrec.embedding.dynamic.export import apply_export, read_export
 from genrec.errors import ConfigError, UserError
@@ -16,6 +17,7 @@ from genrec.export.manifest import validate_manifest
 from genrec.runs import RunFolder
 from genrec.stream import cli
 from genrec.stream.files import write_event_files
+from genrec.stream.offline import train_offline, user_sequences
 from tests.stream.helpers import TINY, assert_same_state, compose_stream, final_state, tiny_events
 
 #: a tier 2 and a tier 0 smaller than the catalogue: admission, eviction and the store in every run
@@ -83,6 +85,40 @@ def test_a_stopped_run_resumes_bit_identical(tmp_path, stream_files):
     a, b = (pd.read_csv(d / "logs" / "prequential.csv") for d in (whole, parts))
     a, b = (x[x.complete == 1].reset_index(drop=True) for x in (a, b))
     pd.testing.assert_frame_equal(a, b)  # the closed windows: written once, the same
+
+
+def test_a_frozen_run_ranks_only_from_from_time_and_changes_no_weight(tmp_path, stream_files):
+    folder, frame = stream_files
+    split = int(frame["timestamp"].iloc[3 * len(frame) // 4])
+    run_dir, metrics = _run(tmp_path, "frozen", ["stream.train=false", f"prequential.from_time={split}",
+                                                 "checkpoint.every_events=0"], folder)
+    counts = metrics["counts"]
+    assert counts["accepted"] == len(frame) and counts["steps"] == 0
+    # ranked: the targets (every event but a user's first) at or after the split
+    targets = ~frame["user_id"].duplicated()
+    assert metrics["prequential"]["evaluated"] == int(((frame["timestamp"] >= split) & ~targets).sum())
+    start, end = sorted((run_dir / "checkpoints").glob("step-*"))  # the starting checkpoint and the final one
+    a, b = (torch.load(c / "trainer.pt", weights_only=True)["model"] for c in (start, end))
+    assert all(torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor))
+    a, b = (np.load(c / "tables" / "item_table" / "rank0" / "state.npz") for c in (start, end))
+    assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)  # the table: not touched
+
+
+def test_offline_training_sees_every_target_once_per_epoch_and_is_seeded(tmp_path, stream_files):
+    _, frame = stream_files
+    sequences = user_sequences(frame)
+    assert sum(len(items) for items, _ in sequences) == len(frame)
+    learners = []
+    for name in ("a", "b"):
+        cfg = compose_stream(TINY + [f"model.embedding.store.path={tmp_path / name}"])
+        learner = cli.build_learner(cfg)
+        fit = train_offline(learner, sequences, epochs=2, batch_users=32, max_len=12, seed=3)
+        assert fit["targets"] == 2 * (len(frame) - len(sequences))
+        learners.append(learner)
+    a, b = (x.model.state_dict() for x in learners)
+    assert all(torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor))
+    for x in learners:
+        x.embedding.close()
 
 
 def test_the_same_events_from_redis_train_the_same_model(tmp_path, stream_files, redis_server):

@@ -117,7 +117,7 @@ def test_ranks_remove_the_context_and_count_non_candidates_as_misses():
 def test_prequential_windows_and_totals(tmp_path):
     csv = CsvLog(tmp_path / "p.csv", ["window", "index", "start", "end", "events", "complete", "method",
                                        "recall@10", "ndcg@10", "mrr"])
-    p = Prequential(["m", "b"], (10,), window_events=2, window_seconds=100, from_time=150, csv=csv)
+    p = Prequential(["m", "b"], (10,), window_events=2, window_seconds=100, from_time=None, csv=csv)
     ranks = {"m": torch.tensor([0, 3, MISS]), "b": torch.tensor([20, 1, 0])}
     p.add(ranks, np.array([50, 120, 160]))
     p.add({"m": torch.tensor([1]), "b": torch.tensor([1])}, np.array([230]))
@@ -131,7 +131,7 @@ def test_prequential_windows_and_totals(tmp_path):
     summary = p.summary()
     assert summary["all"]["m"]["recall@10"] == pytest.approx(3 / 4)
     assert summary["all"]["m"]["ndcg@10"] == pytest.approx((1 + 1 / math.log2(5) + 1 / math.log2(3)) / 4)
-    assert summary["from_time"]["events"] == 2 and summary["from_time"]["b"]["mrr"] == pytest.approx((1 + 1 / 2) / 2)
-    again = Prequential(["m", "b"], (10,), 2, 100, 150, csv)
+    assert summary["evaluated"] == 4 and summary["all"]["b"]["mrr"] == pytest.approx((1 / 21 + 1 / 2 + 1 + 1 / 2) / 4)
+    again = Prequential(["m", "b"], (10,), 2, 100, None, csv)
     again.load(p.state())
     assert again.summary() == summary
