@@ -120,6 +120,8 @@ def offline(base: list[str], work: Path, frame: pd.DataFrame, batch_size: int, s
 
 def paced_lag(base: list[str], work: Path, redis: Redis, frame: pd.DataFrame, rate: float, name: str) -> dict:
     """Events added to a Redis stream at ``rate`` per second while the trainer consumes them: the lag."""
+    if not rate > 0:
+        raise RuntimeError(f"the paced run needs a positive rate, got {rate}")
     key = f"paced-{name}"
     stop = threading.Event()
 
@@ -239,7 +241,7 @@ def main() -> None:
                          f"source.commit_path={work / 'commit.json'}"]
                 runs["files"].append(online(base, work, f"{model}-files", files))
                 runs["redis"].append(online(base, work, f"{model}-redis", [
-                    "source=redis", f"source.url={redis.url}", "source.stream=events", f"source.group=g{r}",
+                    "source=redis", f"source.url={redis.url}", "source.stream=events", f"source.group={model}-{r}",
                     "source.block_ms=100"]))
                 runs["offline"].append(offline(base, work, frame, args.batch_size, seed=r))
                 if r == 0:
