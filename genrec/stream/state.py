@@ -50,6 +50,9 @@ class KeyedState:
     def disk_bytes(self) -> int:
         return directory_bytes(self.path)
 
+    def memory_bytes(self) -> int:
+        return self.store.memory_bytes()
+
     def close(self) -> None:
         self.store.close()
 

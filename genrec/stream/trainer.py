@@ -27,7 +27,8 @@ Memory is bounded: one micro-batch in flight (the source is pulled, never pushed
 stream the backlog waits in the source, and ``lag_events`` in the log shows it), a fixed tier 0 for the item table,
 the stores' caches. What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
-seconds from an event's arrival in the source to the end of its training step, RSS and the table's counters.
+seconds from an event's arrival in the source to the end of its training step, RSS, the stores' own memory
+(RocksDB memtables, block caches, table readers: each bounded by its configuration) and the table's counters.
 """
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ log = logging.getLogger("genrec.stream")
 TABLE = "item_table"
 LOG_COLUMNS = ["records", "accepted", "targets", "cold", *[f"rejected_{r}" for r in REASONS], "steps", "loss",
                "records_per_s", "lag_events", "lag_seconds_mean", "lag_seconds_max", "event_time", "rss_mib",
-               "peak_rss_mib", "live_rows", "admitted", "evicted", "written_back", "state_disk_mib"]
+               "peak_rss_mib", "live_rows", "admitted", "evicted", "written_back", "state_disk_mib", "stores_mib"]
 #: the scores of the model are chunked so that one chunk holds at most this many floats
 SCORE_CHUNK = 1 << 22
 
@@ -307,6 +308,12 @@ class StreamTrainer:
                     baseline.update(sequences, examples.history_lengths.tolist())
 
     # ------------------------------------------------------------------ logging
+    def _stores_bytes(self) -> int:
+        """Process memory held by the embedded stores themselves (users, event IDs, the table's tier 2)."""
+        table_store = self.learner.table.store
+        return (self.histories.memory_bytes() + self.seen.memory_bytes()
+                + (table_store.memory_bytes() if table_store is not None else 0))
+
     def _maybe_log(self) -> None:
         every = int(self.cfg.stream.log_every_events)
         if every and self.counts["records"] // every > self._interval["records"] // every:
@@ -324,7 +331,8 @@ class StreamTrainer:
                "rss_mib": rss_bytes() / 2**20, "peak_rss_mib": peak_rss_bytes() / 2**20,
                "live_rows": table["live_rows_tier0"], "admitted": table["admitted"], "evicted": table["evicted"],
                "written_back": table["written_back"],
-               "state_disk_mib": (self.histories.disk_bytes() + self.seen.disk_bytes()) / 2**20}
+               "state_disk_mib": (self.histories.disk_bytes() + self.seen.disk_bytes()) / 2**20,
+               "stores_mib": self._stores_bytes() / 2**20}
         self.log_csv.row(row)
         for key in ("records_per_s", "loss", "lag_events", "lag_seconds_mean", "rss_mib", "live_rows"):
             if row[key] is not None:

@@ -135,3 +135,19 @@ def test_prequential_windows_and_totals(tmp_path):
     again = Prequential(["m", "b"], (10,), 2, 100, None, csv)
     again.load(p.state())
     assert again.summary() == summary
+
+
+def test_the_stores_report_their_own_memory(tmp_path):
+    from genrec.embedding.dynamic.store import open_store
+
+    store = open_store("rocksdb", tmp_path / "db", 800, cache_mib=8)
+    ids = np.arange(5000, dtype=np.int64)
+    store.put(ids, np.ones((5000, 800), dtype=np.uint8))
+    held = store.memory_bytes()
+    assert held >= 5000 * 800  # the memtable holds the rows written
+    store.checkpoint(tmp_path / "snap")  # flushes the memtable
+    assert store.memory_bytes() < held / 2
+    store.close()
+    lmdb = open_store("lmdb", tmp_path / "lmdb", 8)
+    assert lmdb.memory_bytes() == 0
+    lmdb.close()
