@@ -25,13 +25,15 @@ never interrupted.
 
 Memory is bounded: one micro-batch in flight (the source is pulled, never pushed: when training is slower than the
 stream the backlog waits in the source, and ``lag_events`` in the log shows it), a fixed tier 0 for the item table,
-the stores' caches. What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
+the stores' caches; after every checkpoint the C heap's free pages go back to the OS (:func:`release_free_memory`).
+What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
 seconds from an event's arrival in the source to the end of its training step, RSS, the stores' own memory
 (RocksDB memtables, block caches, table readers: each bounded by its configuration) and the table's counters.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import resource
 import shutil
@@ -75,6 +77,25 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * resource.getpagesize()
     except OSError:
         return 0
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc's ``malloc_trim``; nothing elsewhere). Micro-batches of
+    varying shapes leave freed memory scattered over the heap and its arenas, which glibc keeps: without this the
+    RSS of a long run creeps up (scripts/bench_stream.py's memory run: about 0.7 GiB per million events)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
 
 
 def peak_rss_bytes() -> int:
@@ -376,6 +397,7 @@ class StreamTrainer:
         pause_point("committed")
         self.checkpoints.prune()
         self.last_checkpoint = records
+        release_free_memory()
         return path
 
     def _fill(self, folder: Path) -> None:
