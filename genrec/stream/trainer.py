@@ -25,7 +25,8 @@ never interrupted.
 
 Memory is bounded: one micro-batch in flight (the source is pulled, never pushed: when training is slower than the
 stream the backlog waits in the source, and ``lag_events`` in the log shows it), a fixed tier 0 for the item table,
-the stores' caches; after every checkpoint the C heap's free pages go back to the OS (:func:`release_free_memory`).
+the stores' caches; glibc's heap kept from fragmenting (:func:`bound_heap`) and its free pages handed back to the
+OS after every checkpoint (:func:`release_free_memory`).
 What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
 seconds from an event's arrival in the source to the end of its training step, RSS, the stores' own memory
@@ -87,6 +88,21 @@ def release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+#: glibc's mallopt parameters (malloc.h) and the values the trainer sets (see :func:`bound_heap`)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+HEAP_SETTINGS = {_M_ARENA_MAX: 2, _M_MMAP_THRESHOLD: 128 << 10, _M_TRIM_THRESHOLD: 128 << 10}
+
+
+def bound_heap() -> None:
+    """Keep glibc's heap from growing with a long run (nothing elsewhere): at most 2 malloc arenas, blocks of
+    128 KiB and more mapped on their own (returned to the OS when freed; glibc otherwise raises this threshold as
+    large blocks are freed and serves them from the heap, where they fragment), the heap's top trimmed past
+    128 KiB. Set once, by the trainer, for the whole process."""
+    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
+        for parameter, value in HEAP_SETTINGS.items():
+            _LIBC.mallopt(parameter, value)
+
+
 def _glibc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -129,6 +145,7 @@ class StreamTrainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, source: Source, learner: Learner, model_name: str):
         self.cfg, self.run_dir, self.source, self.learner = cfg, Path(run_dir), source, learner
+        bound_heap()
         s = cfg.stream
         self.schema = EventSchema.build(s.schema)
         self.batch_size, self.max_len = int(s.batch_size), int(s.max_len)
