@@ -31,7 +31,7 @@ METRICS_FILE = "metrics.json"
 CHECKPOINT_DIR = "checkpoints"
 #: what Hydra writes into a run folder before genrec starts (its job log is named by ``hydra.job.name``): a folder
 #: holding only these holds no run yet
-HYDRA_FILES = frozenset({".hydra", "train.log", "tokenize.log"})
+HYDRA_FILES = frozenset({".hydra", "train.log", "tokenize.log", "stream.log"})
 #: the ``_target_`` prefixes a config read from a run folder may name: genrec's own code, torch optimizers and
 #: Lightning's callbacks and loggers (the values genrec's config tree uses)
 TRUSTED_TARGETS = ("genrec.", "torch.optim.", "lightning.pytorch.callbacks.", "lightning.pytorch.loggers.")

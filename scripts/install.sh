@@ -31,6 +31,9 @@ else
   pip install --quiet --no-deps "torchrec==$TORCHREC_VERSION"
   pip install --quiet -e ".[cpu,dev,export,kernels,trackers]"
 fi
-"$VENV/bin/python" -c "import torch, torchrec, fbgemm_gpu, lightning, hydra, faiss; \
+# genrec-stream's Redis source: the client is a dependency (pyproject.toml); the server is an OS package
+command -v redis-server >/dev/null || echo "install.sh: redis-server not found (apt-get install redis-server): the" \
+  "Redis Streams tests will skip"
+"$VENV/bin/python" -c "import torch, torchrec, fbgemm_gpu, lightning, hydra, faiss, redis; \
 print('install.sh: ok: torch', torch.__version__, '| torchrec', torchrec.__version__, '| lightning', \
 lightning.__version__, '| faiss', faiss.__version__)"

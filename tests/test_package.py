@@ -19,6 +19,7 @@ from tests.conftest import TINY_RUN
 ROOT = Path(__file__).resolve().parents[1]
 CLI_MODULES = {"genrec.train": ROOT / "genrec/train.py", "genrec.evaluate": ROOT / "genrec/evaluate.py",
                "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py",
+               "genrec.stream.cli": ROOT / "genrec/stream/cli.py",
                "genrec.report.cli": ROOT / "genrec/report/cli.py"}
 
 

@@ -76,6 +76,10 @@ class RowStore:
     def disk_bytes(self) -> int:
         return directory_bytes(self.path)
 
+    def memory_bytes(self) -> int:
+        """Process memory the store holds itself (0 for LMDB: its pages belong to the OS page cache)."""
+        return 0
+
     def _assemble(self, values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
         found = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
         data = b"".join(v for v in values if v is not None)
@@ -107,7 +111,8 @@ class RocksStore(RowStore):
         options.set_max_background_jobs(2)
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(10, False)
-        table.set_block_cache(rocksdict.Cache(cache_mib << 20))
+        self.cache = rocksdict.Cache(cache_mib << 20)
+        table.set_block_cache(self.cache)
         table.set_cache_index_and_filter_blocks(True)
         options.set_block_based_table_factory(table)
         access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
@@ -143,6 +148,11 @@ class RocksStore(RowStore):
                 keys, values = [], []
         if keys:
             yield decode_keys(keys), np.frombuffer(b"".join(values), np.uint8).reshape(-1, self.record_bytes)
+
+    def memory_bytes(self) -> int:
+        """What RocksDB holds in process memory now: memtables, the block cache, table readers."""
+        return (self.db.property_int_value("rocksdb.cur-size-all-mem-tables") + self.cache.get_usage()
+                + self.db.property_int_value("rocksdb.estimate-table-readers-mem"))
 
     def checkpoint(self, dest: str | Path) -> None:
         self.db.flush()  # the memtables (no WAL: what is not flushed would not be in the snapshot)

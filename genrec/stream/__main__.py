@@ -1,0 +1,3 @@
+from genrec.stream.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""The stream trainer's checkpoints: one folder per checkpoint holding everything the run depends on, written
+atomically.
+
+``<run>/checkpoints/step-<records consumed, 12 digits>/``:
+
+* ``trainer.pt`` — model and optimizer state, the global random state, the source offset, counters, the
+  prequential windows, the online baselines, the next export, and the size of every file the trainer appends to
+  (read back with ``torch.load(weights_only=True)``);
+* ``tables/`` — the dynamic item table (:func:`genrec.embedding.dynamic.checkpoint.save_checkpoint`: tier 0 and a
+  snapshot of its store);
+* ``users/``, ``events/`` — snapshots of the user-history and seen-event stores;
+* ``meta.json`` — offset, records, time (for people; the trainer reads ``trainer.pt``).
+
+Everything is written under ``.step-<n>.tmp/``, every file and folder fsynced, then the folder is renamed into
+place and the parent fsynced: a ``step-*`` folder is complete, and the newest one is the state to resume from.
+Only then is the offset committed to the source. Older checkpoints beyond ``keep`` are deleted after a new one is
+in place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+PREFIX = "step-"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """fsync every file and folder under ``path``."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))
+
+
+def write_json_durably(path: Path, payload: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Checkpoints:
+    """The checkpoint folders of a run (``<run>/checkpoints``), keeping the newest ``keep``."""
+
+    def __init__(self, folder: Path, keep: int = 2):
+        self.folder, self.keep = Path(folder), keep
+
+    def path(self, records: int) -> Path:
+        return self.folder / f"{PREFIX}{records:012d}"
+
+    def complete(self) -> list[Path]:
+        """The complete checkpoints, oldest first."""
+        if not self.folder.exists():
+            return []
+        return sorted(p for p in self.folder.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+
+    def latest(self) -> Path | None:
+        done = self.complete()
+        return done[-1] if done else None
+
+    def write(self, records: int, fill: Callable[[Path], None], before_rename: Callable[[], None]) -> Path:
+        """Write the checkpoint at ``records``: ``fill(folder)`` writes its files into a temporary folder, which is
+        made durable, then ``before_rename()`` runs (a test hook), then it is renamed into place. Returns it."""
+        final = self.path(records)
+        tmp = self.folder / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        fill(tmp)
+        fsync_tree(tmp)
+        before_rename()
+        if final.exists():  # the same state written again (a restart that stopped where it resumed)
+            shutil.rmtree(tmp)
+            return final
+        os.rename(tmp, final)
+        fsync_dir(self.folder)
+        return final
+
+    def prune(self) -> None:
+        """Delete all but the newest ``keep`` checkpoints, and unfinished ones."""
+        for old in self.complete()[:-self.keep]:
+            shutil.rmtree(old)
+        for tmp in self.folder.glob(f".{PREFIX}*.tmp"):
+            shutil.rmtree(tmp)

@@ -1,0 +1,309 @@
+"""genrec-stream's throughput, lag and memory -> results/bench_stream.json.
+
+* **Throughput**: the first ``--events`` events of the synthetic default, trained once by the stream trainer from
+  event files and from a Redis stream (a real redis-server on a free local port; the events published before the
+  run), next to the same model and training step trained offline on the same events (one epoch over the users'
+  sequences, :mod:`genrec.stream.offline`, about as many targets per step as a micro-batch holds). The stream runs
+  are whole runs (checkpoints every ``--checkpoint-every`` records, the stores, the logs); prequential evaluation
+  off, and once on (files) for its cost. The three are alternated ``--repeats`` times; the medians are reported,
+  with the online/offline ratio of trained targets per second.
+* **Lag**: a producer thread adds the events to a Redis stream at ``--pace`` x the measured Redis throughput
+  while the trainer consumes them; the seconds from an event's arrival in Redis to the end of its training step and
+  the backlog, from the run's ``logs/stream.csv``.
+* **Memory**: ``--memory-events`` generated events with a long tail (half of the items one-off), in a separate
+  ``genrec-stream`` process over event files, a tier 0 of ``--memory-capacity`` rows with LRU eviction to an SSD
+  tier, prequential evaluation off (its baselines keep per-item counts). RSS every ``--memory-log-every`` records;
+  the benchmark fails (exit 1) when the RSS after the warm-up (the first 20% of the records) grows past
+  ``--rss-bound`` x the RSS at the end of the warm-up.
+
+Usage::
+
+    python scripts/bench_stream.py                                   # the defaults of results/bench_stream.json
+    python scripts/bench_stream.py --events 5000 --repeats 1 --memory-events 100000 --quick   # a check
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.data.synthetic import generate_synthetic  # noqa: E402
+from genrec.stream import cli  # noqa: E402
+from genrec.stream.files import write_event_files  # noqa: E402
+from genrec.stream.offline import train_offline, user_sequences  # noqa: E402
+from genrec.stream.redis_streams import publish, wait_for_redis  # noqa: E402
+from genrec.stream.replay import event_frame  # noqa: E402
+from genrec.utils.provenance import provenance, write_json  # noqa: E402
+
+MACHINE_NOTE = ("2 CPU cores shared with other engineers' jobs (load varies): absolute figures are noisy, the "
+                "alternated medians and ratios less so")
+#: the models as benchmarked (the presets' sizes; HSTU's published MovieLens configuration)
+MODELS = {"sasrec": ["model=sasrec"], "hstu": ["model=hstu"]}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def stream_config(overrides: list[str]):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("stream", overrides=overrides)
+
+
+class Redis:
+    """A real redis-server on a free local port without persistence, in ``folder``."""
+
+    def __init__(self, folder: Path):
+        import redis
+
+        path = shutil.which("redis-server")
+        if path is None:
+            raise SystemExit("bench_stream: error: redis-server is not installed (apt-get install redis-server)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([path, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(folder)], stdout=subprocess.DEVNULL)
+        self.client = redis.Redis(port=self.port, decode_responses=True)
+        wait_for_redis(self.client, 20)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+def online(base: list[str], work: Path, name: str, source: list[str], prequential: bool = False) -> dict:
+    """One whole stream run; returns records/s and targets/s over the run (checkpoints included)."""
+    run_dir = work / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cfg = stream_config(base + source + [f"prequential.enabled={str(prequential).lower()}",
+                                         f"model.embedding.store.path={work / (name + '-store')}"])
+    metrics = cli.run(cfg, run_dir)
+    counts, seconds = metrics["counts"], metrics["seconds"]
+    out = {"records": counts["records"], "targets": counts["targets"], "seconds": seconds,
+           "records_per_s": counts["records"] / seconds, "targets_per_s": counts["targets"] / seconds,
+           "peak_rss_mib": round(metrics["peak_rss_mib"], 1), "csv": run_dir / "logs" / "stream.csv"}
+    shutil.rmtree(work / (name + "-store"), ignore_errors=True)
+    return out
+
+
+def offline(base: list[str], work: Path, frame: pd.DataFrame, batch_size: int, seed: int) -> dict:
+    """One epoch of the same model over the same events' user sequences, ~``batch_size`` targets per step."""
+    cfg = stream_config(base + [f"model.embedding.store.path={work / 'offline-store'}"])
+    torch.set_num_threads(int(cfg.threads))
+    sequences = user_sequences(frame)
+    batch_users = max(1, round(batch_size * len(sequences) / len(frame)))
+    learner = cli.build_learner(cfg)
+    fit = train_offline(learner, sequences, 1, batch_users, int(cfg.stream.max_len), seed)
+    learner.embedding.close()
+    shutil.rmtree(work / "offline-store", ignore_errors=True)
+    return {"records": len(frame), "targets": fit["targets"], "seconds": fit["seconds"],
+            "records_per_s": len(frame) / fit["seconds"], "targets_per_s": fit["targets"] / fit["seconds"],
+            "batch_users": batch_users}
+
+
+def paced_lag(base: list[str], work: Path, redis: Redis, frame: pd.DataFrame, rate: float, name: str) -> dict:
+    """Events added to a Redis stream at ``rate`` per second while the trainer consumes them: the lag."""
+    if not rate > 0:
+        raise RuntimeError(f"the paced run needs a positive rate, got {rate}")
+    key = f"paced-{name}"
+    stop = threading.Event()
+
+    def produce() -> None:
+        started, sent = time.monotonic(), 0
+        while sent < len(frame) and not stop.is_set():
+            due = min(len(frame), int((time.monotonic() - started) * rate))
+            if due > sent:
+                publish(redis.client, key, frame.iloc[sent:due])
+                sent = due
+            time.sleep(0.02)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        run = online(base + ["stream.stop_when_idle=false", f"stream.max_events={len(frame)}",
+                             "stream.log_every_events=1000"], work, name,
+                     ["source=redis", f"source.url={redis.url}", f"source.stream={key}", "source.block_ms=100"])
+    finally:
+        stop.set()
+        producer.join()
+    rows = pd.read_csv(run["csv"])
+    weights = rows["records"].diff().fillna(rows["records"])
+    return {"rate_per_s": round(rate, 1), "records_per_s": run["records_per_s"],
+            "lag_seconds_mean": float((rows["lag_seconds_mean"] * weights).sum() / weights.sum()),
+            "lag_seconds_max": float(rows["lag_seconds_max"].max()), "backlog_events_max": int(rows["lag_events"].max()),
+            "backlog_events_mean": float(rows["lag_events"].mean())}
+
+
+def long_tail_events(start: int, count: int, users: int, head_items: int, one_off: float) -> pd.DataFrame:
+    """Events ``start .. start + count - 1`` of a long-tail stream: users uniform over ``users``; an item is one-off
+    (a new ID, never seen again) with probability ``one_off``, else one of ``head_items`` items with Zipf(0.8)
+    weights; 10 events per second of event time. Seeded by ``start``."""
+    rng = np.random.default_rng([7, start])
+    weights = (np.arange(head_items) + 40.0) ** -0.8
+    rows = start + np.arange(count)
+    head = rng.choice(head_items, size=count, p=weights / weights.sum())
+    items = np.where(rng.random(count) < one_off, 10**9 + rows, head)
+    return pd.DataFrame({"event_id": np.char.add("m", rows.astype(str)), "user_id": rng.integers(0, users, count),
+                         "item_id": items, "timestamp": 10**9 + rows // 10})
+
+
+def memory(args, work: Path) -> dict:
+    """A separate genrec-stream process over a long-tail stream; RSS from its logs."""
+    folder = work / "long-tail"
+    for start in range(0, args.memory_events, 500_000):
+        part = long_tail_events(start, min(500_000, args.memory_events - start), args.memory_users, 20_000, 0.5)
+        write_event_files(part, folder, 50_000, "parquet")
+    run_dir = work / "memory-run"
+    overrides = ["model=sasrec", "data.max_len=50", f"source.path={folder}", "source.poll_seconds=0.05",
+                 f"source.commit_path={work / 'memory-commit.json'}", "stream.stop_when_idle=true",
+                 f"stream.log_every_events={args.memory_log_every}", "prequential.enabled=false",
+                 f"checkpoint.every_events={args.checkpoint_every}", f"model.embedding.capacity={args.memory_capacity}",
+                 f"model.embedding.store.path={work / 'memory-store'}", f"hydra.run.dir={run_dir}"]
+    log(f"memory: {args.memory_events} events (half one-off items) in a genrec-stream process")
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "genrec.stream", *overrides], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    rows = pd.read_csv(run_dir / "logs" / "stream.csv")
+    rows["rss_without_stores_mib"] = rows["rss_mib"] - rows["stores_mib"]
+    warm = rows[rows["records"] <= 0.2 * args.memory_events]
+    after = rows[rows["records"] > 0.2 * args.memory_events]
+    # the stores' own memory (memtables, block caches) fills up to its configured size over a long time: the bound
+    # is on the rest of the process; both are reported
+    measure = "rss_without_stores_mib"
+    warm_rss = float(warm[measure].iloc[-1])
+    bound = args.rss_bound * warm_rss
+    peak_after = float(after[measure].max())
+    slope = np.polyfit(after["records"] / 1e6, after[measure], 1)[0] if len(after) > 1 else float("nan")
+    result = {"events": args.memory_events, "users": args.memory_users, "one_off_items": 0.5,
+              "tier0_capacity": args.memory_capacity, "seconds": round(seconds, 1),
+              "records_per_s": args.memory_events / seconds,
+              "rss_mib_after_warmup": round(warm_rss, 1), "rss_mib_max_after_warmup": round(peak_after, 1),
+              "rss_growth_mib_per_million_after_warmup": round(float(slope), 2),
+              "rss_bound_mib": round(bound, 1),
+              "rss_bound_rule": f"RSS less the stores' own memory, after the first 20% of the records <= "
+                                f"{args.rss_bound} x its value at that point",
+              "rss_mib_end": float(rows["rss_mib"].iloc[-1]), "stores_mib_end": float(rows["stores_mib"].iloc[-1]),
+              "passed": peak_after <= bound,
+              "table": {k: int(rows[k].iloc[-1]) for k in ("live_rows", "admitted", "evicted", "written_back")},
+              "state_disk_mib": float(rows["state_disk_mib"].iloc[-1]),
+              "rss_every": rows[["records", "rss_mib", "stores_mib"]].round(1).to_dict("list")}
+    shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+def median_of(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in ("records_per_s", "targets_per_s", "seconds")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=30000, help="events of the throughput runs")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--checkpoint-every", type=int, default=10000)
+    parser.add_argument("--pace", type=float, default=0.5, help="the lag run's rate, x the Redis throughput")
+    parser.add_argument("--memory-events", type=int, default=1_000_000)
+    parser.add_argument("--memory-users", type=int, default=100_000)
+    parser.add_argument("--memory-capacity", type=int, default=50_000)
+    parser.add_argument("--memory-log-every", type=int, default=50_000)
+    parser.add_argument("--rss-bound", type=float, default=1.15)
+    parser.add_argument("--memory-only", action="store_true", help="only the memory run (results/bench_stream_memory)")
+    parser.add_argument("--quick", action="store_true", help="a check of the script (results/bench_stream_quick)")
+    args = parser.parse_args()
+    origin = provenance()
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    if args.memory_only:
+        mem = memory(args, work)
+        shutil.rmtree(work, ignore_errors=True)
+        path = write_json(ROOT / "results" / ("bench_stream_memory" + ("_quick" if args.quick else "") + ".json"),
+                          {"kind": "bench_stream_memory", "quick": args.quick, "memory": mem, "threads": 1,
+                           "checkpoint_every": args.checkpoint_every, "machine_note": MACHINE_NOTE, **origin})
+        print(f"memory: {mem['events']} events, RSS less the stores {mem['rss_mib_after_warmup']} MiB after warm-up, "
+              f"max {mem['rss_mib_max_after_warmup']} MiB after (bound {mem['rss_bound_mib']}): "
+              f"{'passed' if mem['passed'] else 'FAILED'}; the stores {mem['stores_mib_end']:.0f} MiB at the end\n"
+              f"wrote {path}")
+        sys.exit(0 if mem["passed"] else 1)
+    frame = event_frame(generate_synthetic())  # the synthetic default, in timestamp order
+    frame = frame.iloc[:args.events].reset_index(drop=True)
+    events_dir = work / "events"
+    write_event_files(frame, events_dir, 10_000, "parquet")
+    redis = Redis(work / "redis")
+    results: dict[str, dict] = {}
+    try:
+        publish(redis.client, "events", frame)
+        for model in args.models:
+            base = MODELS[model] + ["data.max_len=50", f"stream.batch_size={args.batch_size}", "stream.stop_when_idle=true",
+                                   f"checkpoint.every_events={args.checkpoint_every}", "stream.log_every_events=5000"]
+            runs: dict[str, list[dict]] = {"files": [], "redis": [], "files_prequential": [], "offline": []}
+            for r in range(args.repeats):
+                files = [f"source.path={events_dir}", "source.poll_seconds=0.05",
+                         f"source.commit_path={work / 'commit.json'}"]
+                runs["files"].append(online(base, work, f"{model}-files", files))
+                runs["redis"].append(online(base, work, f"{model}-redis", [
+                    "source=redis", f"source.url={redis.url}", "source.stream=events", f"source.group={model}-{r}",
+                    "source.block_ms=100"]))
+                runs["offline"].append(offline(base, work, frame, args.batch_size, seed=r))
+                if r == 0:
+                    runs["files_prequential"].append(online(base, work, f"{model}-preq", files, prequential=True))
+                log(f"{model} repeat {r}: " + " | ".join(f"{k} {v[-1]['targets_per_s']:.0f} targets/s"
+                                                         for k, v in runs.items() if v))
+            medians = {k: median_of(v) for k, v in runs.items()}
+            lag = paced_lag(base, work, redis, frame, args.pace * medians["redis"]["records_per_s"], model)
+            log(f"{model} lag at {lag['rate_per_s']:.0f} events/s: mean {lag['lag_seconds_mean']:.2f} s, "
+                f"max {lag['lag_seconds_max']:.2f} s")
+            results[model] = {
+                "median": medians, "lag": lag,
+                "online_over_offline_targets_per_s": {k: medians[k]["targets_per_s"] / medians["offline"]["targets_per_s"]
+                                                      for k in ("files", "redis", "files_prequential")},
+                "runs": {k: [{n: x for n, x in run.items() if n != "csv"} for run in v] for k, v in runs.items()}}
+    finally:
+        redis.stop()
+    mem = memory(args, work) if args.memory_events else None
+    shutil.rmtree(work, ignore_errors=True)
+    result = {"kind": "bench_stream", "dataset": "synthetic default (first events in timestamp order)",
+              "events": len(frame), "repeats": args.repeats, "batch_size": args.batch_size,
+              "checkpoint_every": args.checkpoint_every, "threads": 1, "seed": 0, "quick": args.quick, "models": results,
+              "memory": mem,
+              "machine_note": MACHINE_NOTE,
+              **origin}
+    name = "bench_stream_quick" if args.quick else "bench_stream"
+    path = write_json(ROOT / "results" / f"{name}.json", result)
+    print(f"\n{'model':<8} {'online files':>13} {'online redis':>13} {'files+preq':>11} {'offline':>9}  ratio files/offline "
+          "(targets/s)")
+    for model, r in results.items():
+        m = r["median"]
+        print(f"{model:<8} {m['files']['targets_per_s']:>13.0f} {m['redis']['targets_per_s']:>13.0f} "
+              f"{m['files_prequential']['targets_per_s']:>11.0f} {m['offline']['targets_per_s']:>9.0f}  "
+              f"{r['online_over_offline_targets_per_s']['files']:.2f}")
+    if mem:
+        print(f"memory: {mem['events']} events, RSS {mem['rss_mib_after_warmup']} MiB after warm-up, max "
+              f"{mem['rss_mib_max_after_warmup']} MiB after (bound {mem['rss_bound_mib']}): "
+              f"{'passed' if mem['passed'] else 'FAILED'}")
+    print(f"wrote {path}")
+    if mem and not mem["passed"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
