@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from genrec.export.index import build_index, exact_top_k, recall_at_k
 from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, write_manifest
 from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tower
 from genrec.conf import CONF_MODULE
+from genrec.embedding.dynamic import DynamicItemEmbedding
+from genrec.embedding.dynamic.export import export_rows
 from genrec.errors import ConfigError, UserError
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
@@ -150,6 +153,28 @@ def _export_indexes(vectors: np.ndarray, queries: np.ndarray, out_dir: Path, cfg
     return entries
 
 
+def _detail(artifact: dict[str, Any]) -> str:
+    """The figure printed beside an exported artifact."""
+    if artifact["kind"] == "faiss_index":
+        return f"recall@10 vs exact {artifact['recall_at_10_vs_exact']:.4f}"
+    if "max_abs_diff" in artifact.get("parity", {}):
+        return f"parity max |diff| {artifact['parity']['max_abs_diff']:.2g}"
+    if artifact["kind"] == "dynamic_rows":
+        delta = f", changed since version {artifact['since']}" if artifact["since"] is not None else ""
+        return f"{artifact['rows']} rows at table version {artifact['version']}{delta}"
+    return ""
+
+
+def _export_dynamic_rows(embedding: DynamicItemEmbedding, out_dir: Path, since: int | None) -> dict[str, Any]:
+    """``item_table_rows/``: a dynamic item table's admitted rows keyed by raw ID (``since``: only the rows changed
+    after that table version, and the IDs deleted since, for a hot update of a serving table at that version)."""
+    folder = out_dir / "item_table_rows"
+    shutil.rmtree(folder, ignore_errors=True)
+    part = export_rows(embedding.local_table, folder, since)
+    return artifact_entry(out_dir, folder.name, "dynamic_rows", version=part["version"], since=part["since"],
+                          rows=part["rows"], deleted=part["deleted"], dim=part["dim"], default=part["default"])
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Export the run ``cfg.run_dir`` as configured; returns the manifest."""
     if cfg.default_index not in cfg.indexes:
@@ -189,6 +214,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
     artifacts.update(indexes)
+    if isinstance(model.item_embedding, DynamicItemEmbedding):
+        artifacts["item_table_rows"] = _export_dynamic_rows(model.item_embedding, out_dir, cfg.dynamic_since)
 
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -205,11 +232,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "export_seconds": round(time.time() - started, 1),
     }
     write_manifest(out_dir, manifest)
-    lines = [f"  {name:<18} {a['file']:<20} " + (f"recall@10 vs exact {a['recall_at_10_vs_exact']:.4f}"
-                                                if a["kind"] == "faiss_index" else
-                                                f"parity max |diff| {a['parity']['max_abs_diff']:.2g}"
-                                                if "max_abs_diff" in a.get("parity", {}) else "")
-             for name, a in artifacts.items()]
+    lines = [f"  {name:<18} {a['file']:<20} " + _detail(a) for name, a in artifacts.items()]
     print(f"Exported {run_dir} ({data.num_items} items, dim {vectors.shape[1]}, {model.similarity}) to "
           f"{out_dir}:\n" + "\n".join(lines) + "".join(f"\n  skipped {k}: {v}" for k, v in skipped.items()))
     return manifest
