@@ -1,8 +1,8 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
-scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_preprocess.py) and tokenizer
-runs (genrec-tokenize).
+scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_preprocess.py), tokenizer runs
+(genrec-tokenize) and hyperparameter searches (genrec-train -m hparams_search=...).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -582,6 +582,48 @@ def bench_preprocess_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def sweep_tables(files: list[dict]) -> list[str]:
+    """Optuna sweeps (``genrec-train -m hparams_search=<preset>``, genrec/sweep): the best trial's test metrics beside
+    the preset's own runs (``<study>_seed*``) and the baselines measured in the best trial's run, the trials'
+    outcomes, the search space and the parameter importances."""
+    out = []
+    for r in files:
+        if r.get("kind") != "hparams_search" or not r.get("best_trial"):
+            continue
+        best = r["best_trial"]
+        run = best["run"]
+        preset = [f for f in files if f.get("name", "").startswith(f"{r['study_name']}_seed") and "metrics" in f]
+        retried = [t for t in r["trials"] if t.get("retry_of") is not None]
+        epochs = best["config"].get("trainer", {}).get("max_epochs")
+        out += [f"## Hyperparameter search: {r['study_name']}", "",
+                f"`results/{r['name']}.json` (`genrec-train -m hparams_search={r['study_name']} "
+                f"{' '.join(a for a in r['arguments'] if not a.startswith('hparams_search='))}`, commit "
+                f"`{r['commit'][:12]}`): {r['n_trials']} trials of Optuna's {r['sampler']} with the {r['pruner']} "
+                f"(trials of at most {epochs} epochs), the study in SQLite. Outcomes: "
+                + ", ".join(f"{n} {state.lower()}" for state, n in sorted(r["states"].items()))
+                + (f"; the sweep was stopped (SIGKILL) and started again with the same command: trial(s) "
+                   f"{', '.join(str(t['retry_of']) for t in retried)} interrupted by the stop counted as failed "
+                   f"and were retried by resuming their run folders" if retried else "")
+                + f". Best trial {best['number']} (validation score {r['direction']}d: {best['value']:.4f}): "
+                + ", ".join(f"`{k}={v:.3g}`" if isinstance(v, float) else f"`{k}={v}`"
+                            for k, v in best["params"].items()) + ".", "",
+                "| model | " + " | ".join(COLUMNS) + " | note |", "|---" * (len(COLUMNS) + 2) + "|",
+                f"| {run['model']} (best trial) | " + " | ".join(f"{run['metrics']['test'][c]:.4f}" for c in COLUMNS)
+                + f" | {run['epochs_run']} epochs (best {run['best_epoch']}) |"]
+        if preset:
+            out.append(f"| {preset[0]['model']} (preset `{r['study_name']}`) | "
+                       + " | ".join(_cell([p["metrics"]["test"][c] for p in preset]) for c in COLUMNS)
+                       + f" | seeds {', '.join(str(p['seed']) for p in preset)}; {_budget(preset)} |")
+        for name, baseline in sorted(run["baselines"].items()):
+            out.append(f"| {name} | " + " | ".join(f"{baseline['test'][c]:.4f}" for c in COLUMNS)
+                       + " | the best trial's run |")
+        space = ", ".join(f"`{k}`: `{v}`" for k, v in r["params"].items())
+        importances = ", ".join(f"`{k}` {v:.2f}" for k, v in r["importances"].items()) or "–"
+        out += ["", f"Search space: {space}. Parameter importances (Optuna's default evaluator over the completed "
+                    f"trials): {importances}. Plots beside the sweep: {', '.join(r['plots'])}.", ""]
+    return out
+
+
 def _is_synthetic(entry: dict) -> bool:
     return entry["config"]["reader"]["_target_"].endswith("generate_synthetic")
 
@@ -743,6 +785,7 @@ def main() -> None:
     lines += bench_beam_tables(files)
     lines += bench_dynamic_tables(files)
     lines += bench_preprocess_tables(files)
+    lines += sweep_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

@@ -199,3 +199,23 @@ def test_two_processes_share_one_study(tmp_path):
     folders = [t.user_attrs["run_dir"] for t in finished]
     assert len(set(folders)) == len(folders)
     assert all(Path(f, "config.yaml").exists() for f in folders)
+
+
+@pytest.mark.parametrize("case", ["foreign_trial_folder", pytest.param("bad_config_value", marks=pytest.mark.slow)])
+def test_a_sweep_that_cannot_run_a_trial_stops_with_one_line(tmp_path, case):
+    """A trial whose run folder already holds a run the study does not know, or that genrec-train refuses (a bad
+    config value), stops the sweep with genrec-train's one-line error (exit 2); the trial is recorded as failed,
+    not left running to be retried."""
+    command = _sweep(tmp_path, 2)
+    if case == "foreign_trial_folder":
+        (tmp_path / "sweep" / "trial_0").mkdir(parents=True)
+        (tmp_path / "sweep" / "trial_0" / "config.yaml").write_text("seed: 0\n")
+        expected = f"{tmp_path / 'sweep' / 'trial_0'} already exists, but it is not a trial of study 'ml100k_sasrec'"
+    else:
+        command = [c if c != "optim.weight_decay=0.0" else "optim.weight_decay=-1" for c in command]
+        expected = "optim.weight_decay"
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("genrec-train: error: ") and expected in last, done.stderr[-3000:]
+    assert [t.state for t in _study(tmp_path).trials] == [TrialState.FAIL]

@@ -50,7 +50,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from genrec.errors import ConfigError
+from genrec.errors import ConfigError, UserError
 from genrec.runs import CHECKPOINT_DIR
 from genrec.sweep.pruning import PRUNER_ATTR
 from genrec.sweep.summary import write_summary
@@ -209,9 +209,18 @@ class OptunaSweeper:
                     time.sleep(self.heartbeat_interval)
                     continue
                 break
-            jobs = [self._job(study, storage, fixed, space, sweep_dir) for _ in range(batch)]
-            with _Heartbeat(storage, [job.trial_id for job in jobs], self.heartbeat_interval):
-                returns = self.launcher.launch([job.overrides for job in jobs], initial_job_idx=self.job_idx)
+            jobs = []
+            try:
+                for _ in range(batch):
+                    jobs.append(self._job(study, storage, fixed, space, sweep_dir))
+                with _Heartbeat(storage, [job.trial_id for job in jobs], self.heartbeat_interval):
+                    returns = self.launcher.launch([job.overrides for job in jobs], initial_job_idx=self.job_idx)
+            except (UserError, SystemExit):
+                # a trial genrec-train refused (a bad config value: its one-line error, exit 2) or that cannot get a
+                # fresh run folder ends the sweep; its batch is recorded as failed, not left running to be retried
+                for job in jobs:
+                    study.tell(job.trial, state=TrialState.FAIL)
+                raise
             self.job_idx += len(returns)
             launched += len(returns)
             failures += [error for job, ret in zip(jobs, returns) if (error := self._tell(study, job, ret))]
@@ -239,6 +248,11 @@ class OptunaSweeper:
                          f"++callbacks.pruning.trial={trial.number}"]
         else:
             folder = sweep_dir / f"trial_{trial.number}"
+            if folder.exists():  # the sweep folder holds runs of another study (or of a deleted study.db)
+                study.tell(trial, state=TrialState.FAIL)
+                raise ConfigError("hydra.sweep.dir", f"{folder} already exists, but it is not a trial of study "
+                                                     f"{study.study_name!r} in {self.storage_url}: give the sweep "
+                                                     "a fresh hydra.sweep.dir (or the storage that holds its trials)")
             overrides = [*fixed, *(f"{k}={v}" for k, v in trial.params.items()),
                          f"hydra.sweep.subdir={folder.name}", f"callbacks.pruning.trial={trial.number}"]
         trial.set_user_attr("run_dir", str(folder))

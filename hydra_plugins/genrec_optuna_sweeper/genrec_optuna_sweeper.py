@@ -7,17 +7,23 @@ from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
 
+#: the CLI a sweep runs in: its errors are that CLI's one-line errors
+PROG = "genrec-train"
+
 
 class GenrecOptunaSweeper(Sweeper):
     """Optuna hyperparameter search over genrec-train runs (see :class:`genrec.sweep.sweeper.OptunaSweeper`)."""
 
     def __init__(self, **settings: Any):
+        from genrec.cli import run_cli
         from genrec.sweep.sweeper import OptunaSweeper
 
-        self.sweeper = OptunaSweeper(**settings)
+        self.sweeper = run_cli(PROG, lambda: OptunaSweeper(**settings))
 
     def setup(self, **kwargs: Any) -> None:
         self.sweeper.setup(**kwargs)
 
     def sweep(self, arguments: list[str]) -> Any:
-        return self.sweeper.sweep(arguments)
+        from genrec.cli import run_cli
+
+        return run_cli(PROG, self.sweeper.sweep, arguments)
