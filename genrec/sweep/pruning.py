@@ -24,9 +24,9 @@ from genrec.errors import ConfigError
 PRUNER_ATTR = "genrec:pruner"
 
 
-def study_pruner(study: optuna.Study) -> optuna.pruners.BasePruner:
-    """The pruner the sweeper stored in ``study`` (Optuna's default when there is none)."""
-    config = study.user_attrs.get(PRUNER_ATTR)
+def study_pruner(user_attrs: dict) -> optuna.pruners.BasePruner:
+    """The pruner the sweeper stored in a study's user attributes (Optuna's default when there is none)."""
+    config = user_attrs.get(PRUNER_ATTR)
     if config is None:
         return optuna.pruners.MedianPruner()
     if not str(config.get("_target_", "")).startswith("optuna.pruners."):
@@ -55,8 +55,8 @@ class OptunaPruning(PyTorchLightningPruningCallback):
         except KeyError as err:
             raise ConfigError("callbacks.pruning", f"no trial {trial} of study {study_name!r} in {storage}: "
                                                    f"{err}") from None
-        study = optuna.load_study(study_name=study_name, storage=backend)
-        study = optuna.load_study(study_name=study_name, storage=backend, pruner=study_pruner(study))
+        study = optuna.load_study(study_name=study_name, storage=backend,
+                                  pruner=study_pruner(backend.get_study_user_attrs(study_id)))
         super().__init__(optuna.trial.Trial(study, trial_id), monitor)
         self.trial_number = trial
 
