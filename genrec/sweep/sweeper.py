@@ -14,16 +14,19 @@ run folder). What this one does:
   ``val/<eval.monitor>`` after each validation; the study's ``pruner`` decides. A job that ends in
   :class:`optuna.TrialPruned` is told ``PRUNED``; a finished one is told its run's validation score from
   ``metrics.json`` (the best checkpoint's ``valid`` value of the monitored metric).
-* **One run folder per trial**: ``<hydra.sweep.dir>/trial_<number>`` (``hydra.sweep.subdir`` is set per job).
+* **One run folder per trial**: ``<hydra.sweep.dir>/trial_<number>`` (``hydra.sweep.subdir`` is set per job). A
+  folder that exists but is not the study's trial stops the sweep (genrec-train never writes into a used run
+  folder), and so does a trial genrec-train refuses (its one-line error); either trial is recorded as failed.
 * **``n_trials`` is the size of the study**: a restarted sweep runs only the trials still missing, and several
-  processes can work on one study at once (the storage hands every trial to one process; at most ``n_jobs - 1``
-  extra trials per process when two start the last ones at the same moment). A process that has nothing left to
+  processes can work on one study at once (the storage hands every trial to one process; processes that ask for
+  the last trials at the same moment may add up to ``n_jobs`` trials each beyond ``n_trials``). A process that has nothing left to
   ask waits for the trials other processes are running, then writes the summary.
 * **Interrupted trials are resumed exactly.** While a process runs trials it records an Optuna heartbeat for each
   every ``heartbeat_interval`` seconds. A trial whose heartbeat stopped for ``grace_period`` seconds (its process
-  was killed) is failed by Optuna and retried with the same parameters and reports (``RetryHeartbeatStaleTrialCallback``,
-  up to ``max_retry`` times); the retry continues the original trial's run folder with ``resume_from=`` when it
-  holds a checkpoint (genrec's exact resume), else it starts over in its own folder.
+  was killed) is failed by Optuna and retried with the same parameters and reports
+  (``RetryHeartbeatStaleTrialCallback``, up to ``max_retry`` times); the retry continues the original trial's run
+  folder with ``resume_from=`` when it holds a checkpoint (genrec's exact resume), else it starts over in its own
+  folder.
 * **A summary beside the sweep** (:mod:`genrec.sweep.summary`), and with ``results_name`` a copy in
   ``<results_dir>/<results_name>.json``.
 """
@@ -189,8 +192,8 @@ class OptunaSweeper:
                                                       "or interval(...)")
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        # heartbeats, fail_stale_trials and RetryHeartbeatStaleTrialCallback are marked experimental, and Optuna warns that
-        # heartbeats are meant for Study.optimize: here the sweeper's own loop records them (see _Heartbeat)
+        # heartbeats, fail_stale_trials and RetryHeartbeatStaleTrialCallback are marked experimental, and Optuna warns
+        # that heartbeats are meant for Study.optimize: here the sweeper's own loop records them (see _Heartbeat)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
         storage = self.storage()
