@@ -573,8 +573,8 @@ def bench_preprocess_tables(files: list[dict]) -> list[str]:
         if goal:
             measured = next((x for x in r["cases"] if x["events"] == goal["events"] and x["engine"] == "polars"
                              and "cpu_s" in x), None)
-            work = (f"; the pipeline's own work was {measured['cpu_s']:.0f} CPU seconds, the rest of the wall time "
-                    f"waiting for a core on the shared machine" if measured else "")
+            work = (f"; the pipeline's own work was {measured['cpu_s']:.0f} CPU seconds, the wall time beyond it "
+                    f"includes waiting for a core on the shared machine and reading the file" if measured else "")
             out += ["", f"Goal: {goal['events'] / 1e6:g}M events in under {goal['wall_s']:.0f} s with under "
                         f"{goal['peak_gib']:g} GiB: **{'met' if goal['met'] else 'not met'}** "
                         f"({goal['measured_wall_s']:.0f} s wall, {goal['measured_peak_gib']:.2f} GiB{work})."]
