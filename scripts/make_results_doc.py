@@ -605,9 +605,10 @@ def sweep_tables(files: list[dict]) -> list[str]:
                 f"`{r['commit'][:12]}`): {r['n_trials']} trials of Optuna's {r['sampler']} with the {r['pruner']} "
                 f"(trials of at most {epochs} epochs), the study in SQLite. Outcomes: "
                 + ", ".join(f"{n} {state.lower()}" for state, n in sorted(r["states"].items()))
-                + (f"; the sweep was stopped (SIGKILL) and started again with the same command: trial(s) "
-                   f"{', '.join(str(t['retry_of']) for t in retried)} interrupted by the stop counted as failed "
-                   f"and were retried by resuming their run folders" if retried else "")
+                + "".join(f"; trial {t['retry_of']}, interrupted when the sweep was stopped (SIGKILL), counted as "
+                          f"failed and was retried as trial {t['number']} "
+                          + ("resuming its run folder" if t["run_dir"].endswith(f"trial_{t['retry_of']}")
+                             else "from the start") + f" (then {t['state'].lower()})" for t in retried)
                 + f". Best trial {best['number']} (validation score {r['direction']}d: {best['value']:.4f}): "
                 + ", ".join(f"`{k}={v:.3g}`" if isinstance(v, float) else f"`{k}={v}`"
                             for k, v in best["params"].items()) + ".", "",
@@ -621,6 +622,17 @@ def sweep_tables(files: list[dict]) -> list[str]:
         for name, baseline in sorted(run["baselines"].items()):
             out.append(f"| {name} | " + " | ".join(f"{baseline['test'][c]:.4f}" for c in COLUMNS)
                        + " | the best trial's run |")
+        verdicts = []
+        for metric in ("recall@10", "ndcg@10"):
+            name, baseline = max(run["baselines"].items(), key=lambda kv: kv[1]["test"][metric])
+            score = run["metrics"]["test"][metric]
+            verdicts.append(f"on {metric} the best trial ({score:.4f}) "
+                            + ("beats" if score > baseline["test"][metric] else "does **not** beat")
+                            + f" the best baseline (`{name}`, {baseline['test'][metric]:.4f})")
+        if preset:
+            verdicts.append(f"its trials ran at most {epochs} epochs, the preset's runs "
+                            f"{statistics.mean(p['epochs_run'] for p in preset):.0f} on average")
+        out += ["", "Plainly: " + "; ".join(verdicts) + "."]
         space = ", ".join(f"`{k}`: `{v}`" for k, v in r["params"].items())
         importances = ", ".join(f"`{k}` {v:.2f}" for k, v in r["importances"].items()) or "–"
         out += ["", f"Search space: {space}. Parameter importances (Optuna's default evaluator over the completed "
