@@ -1,7 +1,8 @@
 """Train a sequential recommender: ``genrec-train`` or ``python -m genrec.train`` (Hydra CLI).
 
 One run = one folder (``runs/<data>-<model>/<time>/`` by default, see :mod:`genrec.runs`): the resolved
-``config.yaml``, ``metrics.json`` (model and baselines, validation and test, and the checkpoint they came from),
+``config.yaml``, ``metrics.json`` (model and baselines, validation and test, the checkpoint they came from, and the
+training telemetry's summary),
 ``checkpoints/``, CSV and TensorBoard logs and ``curves.png``. With ``results_name=<name>`` the metrics also go to
 ``<results_dir>/<name>.json`` for docs/results.md.
 
@@ -38,6 +39,7 @@ from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.plots import plot_curves
 from genrec.training.tables import close_tables
+from genrec.training.telemetry import Telemetry, format_summary
 from genrec.training.trainer import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
 
@@ -73,7 +75,7 @@ RESUME_KEYS = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "t
                "trainer.accelerator", "trainer.enable_progress_bar", "trainer.log_every_n_steps",
                "checkpoint_every_n_steps", "resume_from", "results_name", "results_dir", "overwrite_results",
                "threads", "baselines", "data.num_workers", "data.cache_dir")
-RESUME_GROUPS = ("callbacks.", "logger.")
+RESUME_GROUPS = ("callbacks.", "logger.", "telemetry.")
 
 
 def resumed_config(saved: DictConfig, overrides: list[str]) -> DictConfig:
@@ -169,6 +171,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     baselines = evaluate_baselines(cfg, datamodule)
     strategy = trainer.strategy
     best_meta = read_meta(best_path)
+    telemetry = next((c for c in trainer.callbacks if isinstance(c, Telemetry)), None)
     resumes = [json.loads(line) for line in (run_dir / RESUMES_FILE).read_text().splitlines()] \
         if (run_dir / RESUMES_FILE).exists() else []
 
@@ -188,6 +191,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "steps_run": trainer.global_step,
         "train_seconds": round(train_seconds, 1),
         "resumes": resumes,
+        "telemetry": telemetry.summary() if telemetry else None,
         "processes": trainer.world_size,
         "sharding_plan": strategy.plan_text.splitlines() if isinstance(strategy, TorchRecStrategy) else None,
         **origin,
@@ -201,6 +205,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if results:
         write_json(results, {"name": cfg.results_name, **metrics})
 
+    if metrics["telemetry"]:
+        print("\n" + format_summary(metrics["telemetry"]))
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
     for line in task.notes(metrics["metrics"]["test"]):
         print(f"\n{line}")

@@ -144,12 +144,27 @@ def test_callback_configs_build_their_callbacks(name, tmp_path):
             assert callback.patience == node.patience and callback.monitor == f"val/{cfg.eval.monitor}"
 
 
+#: loggers whose package is an extra (genrec[trackers])
+TRACKER_PACKAGES = {"mlflow": "mlflow", "wandb": "wandb"}
+
+
 @pytest.mark.parametrize("name", _options("logger"))
-def test_logger_configs_log_into_the_run_folder(name, tmp_path):
+def test_logger_configs_log_into_the_run_folder(name, tmp_path, monkeypatch):
+    """Every logger writes into the run folder; MLflow into its tracking store (MLFLOW_TRACKING_URI)."""
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    if name in TRACKER_PACKAGES:
+        pytest.importorskip(TRACKER_PACKAGES[name], reason=f"{TRACKER_PACKAGES[name]} is not installed "
+                                                           "(pip install -e .[trackers])")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     cfg = _compose([f"logger={name}"])
-    trainer, _ = build_trainer(cfg, tmp_path)
+    trainer, _ = build_trainer(cfg, tmp_path / "run")
     assert len(trainer.loggers) == len(cfg.logger) >= 1
-    assert all(logger.save_dir == str(tmp_path) for logger in trainer.loggers)
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            assert (tmp_path / "mlflow.db").is_file()
+        else:
+            assert logger.save_dir == str(tmp_path / "run")
 
 
 def test_bad_trainer_values_name_the_key(tmp_path):

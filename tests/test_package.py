@@ -18,7 +18,8 @@ from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_MODULES = {"genrec.train": ROOT / "genrec/train.py", "genrec.evaluate": ROOT / "genrec/evaluate.py",
-               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py"}
+               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py",
+               "genrec.report.cli": ROOT / "genrec/report/cli.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -108,3 +109,8 @@ def test_a_built_wheel_trains_from_any_directory(tmp_path):
     assert "Test metrics on synthetic" in proc.stdout
     metrics = json.loads((elsewhere / "run" / "metrics.json").read_text())
     assert metrics["commit"].startswith("genrec 0.1.0") and metrics["checkpoints"]["best"]["sha256"]
+    # the report's script and style sheet are package data of the wheel
+    proc = subprocess.run([venv / "bin" / "genrec-report", "run"], capture_output=True, text=True, cwd=elsewhere,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "function lineChart" in (elsewhere / "run" / "report.html").read_text()

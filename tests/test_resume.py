@@ -98,6 +98,8 @@ def _assert_same_run(reference: Path, resumed: Path, resumed_from_step: int) -> 
     assert b["metrics"] == a["metrics"]  # bit-identical: == on the floats
     assert b["best_epoch"] == a["best_epoch"] and b["steps_run"] == a["steps_run"]
     assert b["checkpoints"]["best"]["global_step"] == a["checkpoints"]["best"]["global_step"]
+    # telemetry keeps no state in checkpoints: the resumed process counts the steps it trained itself
+    assert b["telemetry"]["steps"] == b["steps_run"] - resumed_from_step
     log_a, log_b = (pd.read_csv(d / "logs" / "metrics.csv") for d in (reference, resumed))
     for column in [c for c in log_a if c.startswith("val/")] + ["train/loss_step"]:
         rows_a, rows_b = (log.dropna(subset=[column])[["step", column]].reset_index(drop=True)

@@ -1,20 +1,33 @@
-"""The run's CSV log (``<run>/logs/metrics.csv``), kept across resumes.
+"""The run's loggers: the CSV log kept across resumes, and the experiment trackers continued across resumes.
 
-Lightning's CSVLogger deletes an existing ``metrics.csv`` when it starts; a resumed run must append instead, after
-dropping the rows the killed process logged past its last checkpoint (the resumed run logs those steps again):
-:class:`~genrec.training.resume.ResumeState` calls :meth:`RunCSVLogger.truncate` with the checkpoint's global step.
-Rows are written as they are logged, so a killed process loses none it had logged.
+**The CSV log** (``<run>/logs/metrics.csv``): Lightning's CSVLogger deletes an existing ``metrics.csv`` when it
+starts; a resumed run must append instead, after dropping the rows the killed process logged past its last
+checkpoint (the resumed run logs those steps again): :class:`~genrec.training.resume.ResumeState` calls
+:meth:`RunCSVLogger.truncate` with the checkpoint's global step. Rows are written as they are logged, so a killed
+process loses none it had logged.
+
+**Trackers** (MLflow, Weights & Biases): when training starts, :class:`TrackerRuns` writes ``<run>/trackers.json``,
+for every logger that can continue its run, the keyword arguments that make a new logger continue it (MLflow: the
+run ID and the absolute tracking URI; W&B: the run ID with ``resume="allow"``); a resumed run's loggers are built
+with them (:func:`genrec.training.trainer.build_loggers`). On a new run it also logs the run's resolved config to
+every logger as hyperparameters (not on a resume: MLflow refuses to change a logged parameter).
 """
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import CSVLogger
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, WandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+#: in the run folder: how each tracker's run continues, by the logger's name in the ``logger`` config group
+TRACKERS_FILE = "trackers.json"
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -69,3 +82,57 @@ class RunCSVLogger(CSVLogger):
     def truncate(self, before_step: int) -> None:
         """Drop the rows logged at ``before_step`` or later."""
         self.experiment.truncate(before_step)
+
+
+def absolute_store(uri: str) -> str:
+    """A tracking URI with a relative path (``sqlite:///mlflow.db``, ``file:mlruns``) made absolute, relative to the
+    working directory, so that a run resumed from another folder finds its store."""
+    for prefix in ("sqlite:///", "file:"):
+        if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+            return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
+def continuation(logger: Logger, node: Any) -> dict[str, Any] | None:
+    """The keyword arguments that make a new logger built from the config ``node`` continue ``logger``'s run (its
+    experiment is started if it was not), or ``None`` for a logger that has no run to continue."""
+    if isinstance(logger, MLFlowLogger):
+        uri = node.get("tracking_uri")
+        return {"run_id": logger.run_id, **({"tracking_uri": absolute_store(uri)} if uri else {})}
+    if isinstance(logger, WandbLogger):
+        return {"id": logger.experiment.id, "resume": "allow"}
+    return None
+
+
+def read_continuations(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """``<run_dir>/trackers.json`` (empty when the run wrote none)."""
+    path = run_dir / TRACKERS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class TrackerRuns(Callback):
+    """When training starts (rank 0): writes ``<run_dir>/trackers.json`` (see the module doc) and, on a new run, logs
+    ``config`` to every logger as hyperparameters.
+
+    Args:
+        run_dir: the run folder.
+        loggers: the run's loggers with their config nodes, by name in the ``logger`` group.
+        config: the run's resolved config.
+        resumed: whether this process continues a run (its config was logged by the first process).
+    """
+
+    def __init__(self, run_dir: Path, loggers: dict[str, tuple[Logger, Any]], config: dict[str, Any], resumed: bool):
+        self.run_dir, self.loggers, self.config, self.resumed = Path(run_dir), loggers, config, resumed
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        if not self.resumed:
+            for logger, _ in self.loggers.values():
+                logger.log_hyperparams(self.config)
+        runs = {name: c for name, (logger, node) in self.loggers.items()
+                if (c := continuation(logger, node)) is not None}
+        if runs:
+            partial = self.run_dir / (TRACKERS_FILE + ".partial")
+            partial.write_text(json.dumps(runs, indent=2) + "\n")
+            os.replace(partial, self.run_dir / TRACKERS_FILE)

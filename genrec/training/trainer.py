@@ -3,8 +3,8 @@
 :func:`check_train_config` checks the value types of the keys genrec reads and every ``trainer.*`` key against
 ``lightning.Trainer``'s signature, so ``trainer.max_epochs=abc`` is a one-line error naming the key, not a
 traceback after the data was loaded. :func:`build_trainer` builds the Trainer with the run's callbacks and loggers
-(config groups ``callbacks`` and ``logger``) plus what genrec always adds: the best and last checkpoints and the
-exact-resume state.
+(config groups ``callbacks`` and ``logger``) plus what genrec always adds: telemetry (unless
+``telemetry.enabled=false``), the best and last checkpoints and the exact-resume state.
 """
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ from typing import Any
 import lightning as L
 from hydra.utils import instantiate
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
+from genrec.training.loggers import TrackerRuns, read_continuations
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 from genrec.training.tables import DynamicTablesCheckpoint
+from genrec.training.telemetry import Telemetry
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
 TRAIN_KEYS: dict[str, tuple[type, ...]] = {
@@ -31,10 +33,12 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
     "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
-    "resume_from": (str, type(None)), "model.dim": (int,),
+    "resume_from": (str, type(None)), "model.dim": (int,), "telemetry.enabled": (bool,),
+    "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
 }
 #: of those, the ones that must be positive, and the ones that must not be negative
-POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
+POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
+            "telemetry.every_n_steps"}
 NON_NEGATIVE = {"optim.weight_decay", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
@@ -121,15 +125,18 @@ def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
     return kwargs
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None) -> list:
-    """The loggers of ``cfg.logger``, each built with ``save_dir=run_dir``; a resumed TensorBoard log hides the
-    events the killed process wrote after the checkpoint (``purge_step``)."""
-    loggers = []
+def build_loggers(cfg: DictConfig, run_dir: Path, resume_step: int | None) -> dict[str, tuple[Logger, DictConfig]]:
+    """The loggers of ``cfg.logger`` by name, with their config nodes, each built with ``save_dir=run_dir``. A
+    resumed run's loggers continue what the first process started: its TensorBoard log hides the events written
+    after the checkpoint (``purge_step``), its trackers continue their runs (``<run>/trackers.json``, see
+    :class:`~genrec.training.loggers.TrackerRuns`)."""
+    continuations = read_continuations(run_dir) if resume_step is not None else {}
+    loggers = {}
     for name, node in (cfg.get("logger") or {}).items():
-        extra = {}
+        extra = dict(continuations.get(name, {}))
         if resume_step is not None and node.get("_target_") == f"{TensorBoardLogger.__module__}.TensorBoardLogger":
             extra["purge_step"] = resume_step
-        loggers.append(instantiate(node, save_dir=str(run_dir), **extra))
+        loggers[name] = (instantiate(node, save_dir=str(run_dir), **extra), node)
     return loggers
 
 
@@ -139,16 +146,23 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
 
     Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
     ``checkpoint_every_n_steps`` training steps when set), both overwritten in place; dynamic embedding tables are
-    snapshotted beside them (:mod:`genrec.training.tables`)."""
+    snapshotted beside them (:mod:`genrec.training.tables`). Telemetry is added here, not through the ``callbacks``
+    group, so that every run has it (``callbacks=none`` keeps it) and ``metrics.json`` always has its summary."""
     monitor = f"val/{cfg.eval.monitor}"
     checkpoints = run_dir / CHECKPOINT_DIR
     best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
     callbacks = [instantiate(node) for node in (cfg.get("callbacks") or {}).values()]
+    telemetry = cfg.get("telemetry")
+    if telemetry is not None and telemetry.enabled:
+        callbacks.append(Telemetry(telemetry.every_n_steps, telemetry.nvml))
+    loggers = build_loggers(cfg, run_dir, resume_step)
+    callbacks.append(TrackerRuns(run_dir, loggers, OmegaConf.to_container(cfg, resolve=True),
+                                 resumed=resume_step is not None))
     callbacks += [ResumeState(), DynamicTablesCheckpoint(checkpoints), best,
                   LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
-                            logger=build_loggers(cfg, run_dir, resume_step))
+                            logger=[logger for logger, _ in loggers.values()])
     except (MisconfigurationException, ValueError, TypeError) as err:
         raise ConfigError("trainer", " ".join(str(err).split())) from None
     return trainer, best
