@@ -230,7 +230,9 @@ def _run_from_hydra(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.resume_from:
         folder, _ = resume_point(cfg.resume_from)
-        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume_from=")]
+        # hparams_search= composes the Hydra settings of a sweep trial the sweeper resumes, not the run's config
+        overrides = [o for o in HydraConfig.get().overrides.task
+                     if not o.startswith(("resume_from=", "hparams_search="))]
         cfg = resumed_config(RunFolder(folder).config(), overrides + [f"resume_from={cfg.resume_from}"])
     run(cfg, run_dir)
 

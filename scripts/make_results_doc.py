@@ -2,8 +2,10 @@
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
 scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py, scripts/bench_telemetry.py,
-scripts/bench_fsdp.py), tokenizer runs (genrec-tokenize), the dynamic tables' quality
-(scripts/reproduce_dynamic_quality.py) and post-training (scripts/reproduce_post_training.sh).
+scripts/bench_fsdp.py, scripts/bench_preprocess.py, scripts/bench_stream.py), tokenizer runs (genrec-tokenize), the
+dynamic tables' quality (scripts/reproduce_dynamic_quality.py), post-training (scripts/reproduce_post_training.sh),
+streaming against offline training (scripts/stream_vs_offline.py) and hyperparameter searches
+(genrec-train -m hparams_search=...).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -681,6 +683,109 @@ DATA_STATS_NOTES = [
     ""]
 
 
+def bench_preprocess_tables(files: list[dict]) -> list[str]:
+    """The out-of-core preprocessing benchmark (scripts/bench_preprocess.py): engines side by side per log size."""
+    out = []
+    for r in files:
+        if r.get("name") != "bench_preprocess" or "cases" not in r:
+            continue
+        cfg, machine = r["config"], r["machine"]
+        out += ["## Out-of-core preprocessing: event log -> sequences + splits", "",
+                f"`results/{r['name']}.json` (`scripts/bench_preprocess.py`, commit `{r['commit'][:12]}`): synthetic "
+                f"Parquet logs (`{r['dataset']['generator']}`, seed {r['dataset']['seed']}, int64 IDs, "
+                f"{r['dataset']['users']} users and items, long-tailed), {cfg['preprocess']['min_user_interactions']}"
+                f"-core, then {cfg['splits']}. Each case is its own process; wall and CPU seconds of the pipeline "
+                f"(after the imports), peak resident memory of the process; median of {cfg['repeats']} runs "
+                f"({cfg['large_repeats']} past {cfg['repeat_max'] / 1e6:g}M events), engines alternating. The "
+                f"{machine['cores']}-core machine was shared with other jobs (1-minute load average "
+                f"{machine['load_avg_1min_start']} at the start, {machine['load_avg_1min_end']} at the end): wall "
+                "time includes waiting for a core, CPU seconds are the work. Every engine's output has the same "
+                "digest at each size.", "",
+                "| events | engine | wall s | CPU s | peak GiB | pandas / engine wall | users | items | interactions |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for row in r["cases"]:
+            size = f"{row['events'] / 1e6:g}M"
+            if "wall_s" not in row:
+                out.append(f"| {size} | {row['engine']} | {row.get('stopped') or row.get('not_run')} |" + " |" * 6)
+                continue
+            base = next((x for x in r["cases"] if x["events"] == row["events"] and x["engine"] == "pandas"
+                         and "wall_s" in x), None)
+            ratio = f"{base['wall_s'] / row['wall_s']:.2f}x" if base else "–"
+            summary = row["summary"]
+            out.append(f"| {size} | {row['engine']} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
+                       f"{row['peak_rss_gib']:.2f} | {ratio} | {summary['users']:,} | {summary['items']:,} | "
+                       f"{summary['interactions']:,} |")
+        goal = r.get("goal")
+        if goal:
+            measured = next((x for x in r["cases"] if x["events"] == goal["events"] and x["engine"] == "polars"
+                             and "cpu_s" in x), None)
+            work = (f"; the pipeline's own work was {measured['cpu_s']:.0f} CPU seconds, the wall time beyond it "
+                    f"includes waiting for a core on the shared machine and reading the file" if measured else "")
+            out += ["", f"Goal: {goal['events'] / 1e6:g}M events in under {goal['wall_s']:.0f} s with under "
+                        f"{goal['peak_gib']:g} GiB: **{'met' if goal['met'] else 'not met'}** "
+                        f"({goal['measured_wall_s']:.0f} s wall, {goal['measured_peak_gib']:.2f} GiB{work})."]
+        out += ["", "Engines: `pandas` is today's path (the log as a DataFrame); `polars` is genrec's streamed path "
+                    "(`data.reader.engine=polars`, the default `auto` for Parquet: two Polars streaming passes, then "
+                    "k-core, remap and time order in NumPy on int32 codes); `polars_lazy` and `duckdb` are the same "
+                    "pipeline written entirely in one engine (the script holds them), measured to choose the design.",
+                ""]
+    return out
+
+
+def sweep_tables(files: list[dict]) -> list[str]:
+    """Optuna sweeps (``genrec-train -m hparams_search=<preset>``, genrec/sweep): the best trial's test metrics beside
+    the preset's own runs (``<study>_seed*``) and the baselines measured in the best trial's run, the trials'
+    outcomes, the search space and the parameter importances."""
+    out = []
+    for r in files:
+        if r.get("kind") != "hparams_search" or not r.get("best_trial"):
+            continue
+        best = r["best_trial"]
+        run = best["run"]
+        preset = [f for f in files if f.get("name", "").startswith(f"{r['study_name']}_seed") and "metrics" in f]
+        retried = [t for t in r["trials"] if t.get("retry_of") is not None]
+        epochs = best["config"].get("trainer", {}).get("max_epochs")
+        out += [f"## Hyperparameter search: {r['study_name']}", "",
+                f"`results/{r['name']}.json` (`genrec-train -m hparams_search={r['study_name']} "
+                f"{' '.join(a for a in r['arguments'] if not a.startswith('hparams_search='))}`, commit "
+                f"`{r['commit'][:12]}`): {r['n_trials']} trials of Optuna's {r['sampler']} with the {r['pruner']} "
+                f"(trials of at most {epochs} epochs), the study in SQLite. Outcomes: "
+                + ", ".join(f"{n} {state.lower()}" for state, n in sorted(r["states"].items()))
+                + "".join(f"; trial {t['retry_of']}, interrupted when the sweep was stopped (SIGKILL), counted as "
+                          f"failed and was retried as trial {t['number']} "
+                          + ("resuming its run folder" if t["run_dir"].endswith(f"trial_{t['retry_of']}")
+                             else "from the start") + f" (then {t['state'].lower()})" for t in retried)
+                + f". Best trial {best['number']} (validation score {r['direction']}d: {best['value']:.4f}): "
+                + ", ".join(f"`{k}={v:.3g}`" if isinstance(v, float) else f"`{k}={v}`"
+                            for k, v in best["params"].items()) + ".", "",
+                "| model | " + " | ".join(COLUMNS) + " | note |", "|---" * (len(COLUMNS) + 2) + "|",
+                f"| {run['model']} (best trial) | " + " | ".join(f"{run['metrics']['test'][c]:.4f}" for c in COLUMNS)
+                + f" | {run['epochs_run']} epochs (best {run['best_epoch']}) |"]
+        if preset:
+            out.append(f"| {preset[0]['model']} (preset `{r['study_name']}`) | "
+                       + " | ".join(_cell([p["metrics"]["test"][c] for p in preset]) for c in COLUMNS)
+                       + f" | seeds {', '.join(str(p['seed']) for p in preset)}; {_budget(preset)} |")
+        for name, baseline in sorted(run["baselines"].items()):
+            out.append(f"| {name} | " + " | ".join(f"{baseline['test'][c]:.4f}" for c in COLUMNS)
+                       + " | the best trial's run |")
+        verdicts = []
+        for metric in ("recall@10", "ndcg@10"):
+            name, baseline = max(run["baselines"].items(), key=lambda kv: kv[1]["test"][metric])
+            score = run["metrics"]["test"][metric]
+            verdicts.append(f"on {metric} the best trial ({score:.4f}) "
+                            + ("beats" if score > baseline["test"][metric] else "does **not** beat")
+                            + f" the best baseline (`{name}`, {baseline['test'][metric]:.4f})")
+        if preset:
+            verdicts.append(f"its trials ran at most {epochs} epochs, the preset's runs "
+                            f"{statistics.mean(p['epochs_run'] for p in preset):.0f} on average")
+        out += ["", "Plainly: " + "; ".join(verdicts) + "."]
+        space = ", ".join(f"`{k}`: `{v}`" for k, v in r["params"].items())
+        importances = ", ".join(f"`{k}` {v:.2f}" for k, v in r["importances"].items()) or "–"
+        out += ["", f"Search space: {space}. Parameter importances (Optuna's default evaluator over the completed "
+                    f"trials): {importances}. Plots beside the sweep: {', '.join(r['plots'])}.", ""]
+    return out
+
+
 def _is_synthetic(entry: dict) -> bool:
     return entry["config"]["reader"]["_target_"].endswith("generate_synthetic")
 
@@ -1079,6 +1184,8 @@ def main() -> None:
     lines += bench_fsdp_tables(files)
     lines += stream_vs_offline_tables(files)
     lines += bench_stream_tables(files)
+    lines += bench_preprocess_tables(files)
+    lines += sweep_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

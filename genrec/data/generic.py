@@ -12,6 +12,10 @@ fractions of a second dropped), from 1970 on; Parquet ``timestamp`` columns and 
 too. User and item IDs become int64 when every value is a canonical integer (no leading zeros) that fits int64,
 else ``str``; the item IDs of the optional item-content file follow the same rule together with the events, so the
 two join.
+
+Parquet logs too large for memory are streamed (``engine="polars"``, or ``"auto"``): :mod:`genrec.data.outofcore`
+checks the file with the same messages and returns a :class:`~genrec.data.outofcore.ParquetEventLog`, which
+:func:`~genrec.data.preprocess.build_sequences` turns into the same :class:`SequenceData` as the pandas path.
 """
 from __future__ import annotations
 
@@ -20,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from genrec.errors import DataError
+from genrec.errors import ConfigError, DataError
 from genrec.data.io import (FLOAT32_MAX, INT64_MAX, INT64_MIN, add_missing_items, first_line, iter_lines,
                             negative_seconds, normalize_ids, not_float32, not_int64, pandas_compression,
-                            require_file)
+                            require_columns, require_file, shown)
+from genrec.data.outofcore import ENGINES, ParquetEventLog, parquet_schema, scan_parquet_events, unsupported
 from genrec.data.schema import ITEM, RATING, TEXT_FIELDS, TIMESTAMP, USER, InteractionLog
 
 _FORMATS = {".csv": "csv", ".txt": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
@@ -37,7 +41,7 @@ _EPOCH = pd.Timestamp(0, tz="UTC")
 def read_events(path: str, user: str = "user_id", item: str = "item_id", timestamp: str | None = None,
                 rating: str | None = None, features: list[str] | None = None, delimiter: str = ",",
                 format: str = "auto", name: str = "events", items_path: str | None = None,
-                item_key: str | None = None) -> InteractionLog:
+                item_key: str | None = None, engine: str = "auto") -> InteractionLog | ParquetEventLog:
     """Read an event log, renaming the mapped columns to ``user, item[, timestamp][, rating]``.
 
     Args:
@@ -49,6 +53,9 @@ def read_events(path: str, user: str = "user_id", item: str = "item_id", timesta
         items_path: optional item-content file (same formats), one row per item; every other column becomes
             item content (missing text fields become ``""``).
         item_key: the item ID column of ``items_path`` (default: the ``item`` column name).
+        engine: ``"pandas"`` loads the file; ``"polars"`` streams a Parquet file (integer or string IDs, integer
+            or datetime timestamps, no ``features``) and returns a :class:`ParquetEventLog`; ``"auto"`` streams
+            the Parquet files it can and loads the others.
     """
     features = list(features or [])
     clashes = [f for f in features if f in (USER, ITEM, TIMESTAMP, RATING)]
@@ -56,6 +63,12 @@ def read_events(path: str, user: str = "user_id", item: str = "item_id", timesta
         raise ValueError(f"feature column names {clashes} clash with the schema's column names")
     mapping = {user: USER, item: ITEM, timestamp: TIMESTAMP, rating: RATING}
     mapping = {column: target for column, target in mapping.items() if column is not None}
+    if engine not in ENGINES:
+        raise ConfigError("data.reader.engine", f"expected one of {list(ENGINES)}, got {engine!r}")
+    if engine != "pandas":
+        streamed = _stream(path, format, mapping, features, engine, name, items_path, item_key or item, delimiter)
+        if streamed is not None:
+            return streamed
     table = _Table(path, format, delimiter, list(mapping) + features, as_text=[c for c in mapping if c != rating])
     frame = table.frame.rename(columns=mapping)
     user_ids, = normalize_ids(table.ids(user))
@@ -76,6 +89,33 @@ def read_events(path: str, user: str = "user_id", item: str = "item_id", timesta
     for column in features:
         events[column] = frame[column].reset_index(drop=True)
     return InteractionLog(name=name, events=events, items=items, source=str(path), feature_columns=features)
+
+
+def _stream(path: str, format: str, mapping: dict[str, str], features: list[str], engine: str, name: str,
+            items_path: str | None, item_key: str, delimiter: str) -> ParquetEventLog | None:
+    """The streamed log of a Parquet file, or ``None`` when ``engine="auto"`` leaves the file to pandas."""
+    file = require_file(path)
+    reason = None if _format(file, format) == "parquet" else "it is not a Parquet file"
+    reason = reason or ("feature columns are read by engine=pandas only" if features else None)
+    if reason is None:
+        schema = parquet_schema(file)
+        require_columns(file, list(mapping), schema.names, None)
+        if pq.ParquetFile(file).metadata.num_rows == 0:
+            raise DataError(file, "the file has no rows")
+        reason = unsupported(schema, {target: column for column, target in mapping.items()})
+    if reason is not None:
+        if engine == "polars":
+            raise ConfigError("data.reader.engine", f"engine=polars cannot stream {file}: {reason}; use "
+                                                    "engine=pandas (or auto)")
+        return None
+    content = None
+    if items_path is not None:
+        content = _Table(items_path, "auto", delimiter, None, as_text=[item_key])
+    columns = {target: column for column, target in mapping.items()}
+    log, key_ids = scan_parquet_events(file, columns, name, None if content is None else content.ids(item_key))
+    if content is not None:
+        log.content = _items(content, item_key, key_ids, pd.Series(log.items), name)
+    return log
 
 
 class _Table:
@@ -99,11 +139,8 @@ class _Table:
                             else "the file has no rows")
 
     def _read_parquet(self, columns: list[str] | None, required: list[str]) -> pd.DataFrame:
-        try:
-            present = pq.read_schema(self.path).names
-        except (pa.ArrowException, OSError) as e:
-            raise DataError(self.path, f"not a readable Parquet file: {e}") from None
-        _require_columns(self.path, required, present, None)
+        present = parquet_schema(self.path).names
+        require_columns(self.path, required, present, None)
         return pd.read_parquet(self.path, columns=columns)
 
     def _read_text(self, columns: list[str] | None, required: list[str], as_text: list[str]) -> pd.DataFrame:
@@ -115,7 +152,7 @@ class _Table:
         if repeated:
             raise DataError(self.path, f"the header names column(s) {repeated} more than once; expected distinct "
                                        "column names", line=1, key=repeated[0])
-        _require_columns(self.path, required, self.header, self.delimiter)
+        require_columns(self.path, required, self.header, self.delimiter)
         try:  # no usecols: it would silently ignore extra fields
             frame = pd.read_csv(self.path, sep=self.delimiter, dtype={c: "str" for c in as_text},
                                 compression=pandas_compression(self.path), index_col=False)
@@ -163,16 +200,6 @@ def _format(path: Path, format: str) -> str:
     return found
 
 
-def _require_columns(path: Path, wanted: list[str], present: list[str], delimiter: str | None) -> None:
-    missing = [c for c in wanted if c not in present]
-    if missing:
-        hint = ""
-        if delimiter is not None and len(present) == 1:
-            hint = f"; the header splits into one column: is the delimiter {delimiter!r} right?"
-        raise DataError(path, f"missing column(s) {missing}; the file has columns {present}{hint}",
-                        key=missing[0])
-
-
 def _seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
     """Integer seconds, ISO 8601 datetimes (each value either), a datetime column or a whole-number float column,
     as int64 unix seconds from 1970 on."""
@@ -189,7 +216,7 @@ def _seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
     if bad.any():
         row = int(bad.argmax())
         raise table.error(row, f"expected integer unix seconds or an ISO 8601 datetime in {column!r}, "
-                               f"found {_shown(values.iloc[row])}")
+                               f"found {shown(values.iloc[row])}")
     seconds = ((parsed - _EPOCH) // pd.Timedelta(seconds=1)).fillna(0).to_numpy(np.int64)
     if integers.any():
         long = (integers & (text.str.lstrip("+-").str.lstrip("0").str.len() > 18)).to_numpy()
@@ -203,7 +230,7 @@ def _seconds(table: _Table, values: pd.Series, column: str) -> np.ndarray:
         value = values.iloc[row]
         if integers.iloc[row]:
             raise table.error(row, negative_seconds("timestamp", value) + f" (column {column!r})")
-        raise table.error(row, f"timestamp {_shown(value)} is before 1970: expected a time from 1970 on "
+        raise table.error(row, f"timestamp {shown(value)} is before 1970: expected a time from 1970 on "
                                f"(column {column!r})")
     return seconds
 
@@ -215,15 +242,15 @@ def _numeric_seconds(table: _Table, values: pd.Series, column: str) -> np.ndarra
         bad = ~np.isfinite(numbers) | (numbers != np.round(numbers))
         if bad.any():
             row = int(bad.argmax())
-            raise table.error(row, f"expected integer unix seconds in {column!r}, found {_shown(values.iloc[row])}")
+            raise table.error(row, f"expected integer unix seconds in {column!r}, found {shown(values.iloc[row])}")
     too_large = numbers >= 2.0 ** 63 if pd.api.types.is_float_dtype(values) else numbers > INT64_MAX
     if too_large.any():
         row = int(too_large.argmax())
-        raise table.error(row, not_int64("timestamp", _shown(values.iloc[row])) + f" (column {column!r})")
+        raise table.error(row, not_int64("timestamp", shown(values.iloc[row])) + f" (column {column!r})")
     negative = numbers < 0
     if negative.any():
         row = int(negative.argmax())
-        raise table.error(row, negative_seconds("timestamp", _shown(values.iloc[row])) + f" (column {column!r})")
+        raise table.error(row, negative_seconds("timestamp", shown(values.iloc[row])) + f" (column {column!r})")
     return numbers.astype(np.int64)
 
 
@@ -233,17 +260,9 @@ def _ratings(table: _Table, values: pd.Series, column: str) -> np.ndarray:
     if bad.any():
         row = int(bad.argmax())
         if np.isnan(numbers[row]):
-            raise table.error(row, f"expected a number in {column!r}, found {_shown(values.iloc[row])}")
+            raise table.error(row, f"expected a number in {column!r}, found {shown(values.iloc[row])}")
         raise table.error(row, not_float32("rating", values.iloc[row]) + f" (column {column!r})")
     return numbers.astype(np.float32)
-
-
-def _shown(value) -> str:
-    """``value`` for a message: ``'yesterday'``, ``5.5``, ``nan``, ``'1960-01-01 00:00:00'`` (NumPy scalars as
-    plain Python values, datetimes as text)."""
-    if isinstance(value, pd.Timestamp):
-        return repr(str(value))
-    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def _items(content: _Table, key: str, key_ids: pd.Series, event_items: pd.Series, name: str) -> pd.DataFrame:

@@ -139,6 +139,26 @@ def not_float32(what: str, value: str | float) -> str | None:
     return f"{what} {value} is not a finite number that fits in a 32-bit float (at most {FLOAT32_MAX:.4g})"
 
 
+def require_columns(path: Path, wanted: list[str], present: list[str], delimiter: str | None) -> None:
+    """:class:`DataError` naming the columns of ``wanted`` that ``present`` lacks (and the delimiter, when a text
+    header did not split)."""
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        hint = ""
+        if delimiter is not None and len(present) == 1:
+            hint = f"; the header splits into one column: is the delimiter {delimiter!r} right?"
+        raise DataError(path, f"missing column(s) {missing}; the file has columns {present}{hint}",
+                        key=missing[0])
+
+
+def shown(value) -> str:
+    """``value`` for a message: ``'yesterday'``, ``5.5``, ``nan``, ``'1960-01-01 00:00:00'`` (NumPy scalars as
+    plain Python values, datetimes as text)."""
+    if isinstance(value, pd.Timestamp):
+        return repr(str(value))
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
 def parse_int(path: Path, number: int, value: str, what: str) -> int:
     """``value`` as an int64 integer, else :class:`DataError` naming line ``number``."""
     if not _INT.fullmatch(value):

@@ -295,7 +295,7 @@ def test_generic_parquet(tmp_path):
     })
     events.to_parquet(tmp_path / "log.parquet")
     pd.DataFrame({"id": [1, 2], "title": ["One", None]}).to_parquet(tmp_path / "items.pq")
-    log = read_events(str(tmp_path / "log.parquet"), timestamp="when", rating="r",
+    log = read_events(str(tmp_path / "log.parquet"), timestamp="when", rating="r", engine="pandas",
                       items_path=str(tmp_path / "items.pq"), item_key="id")
     assert log.events.to_dict("list") == {USER: [7, 7, 8], ITEM: [1, 2, 1],
                                           TIMESTAMP: [1577836800, 1577836810, 1577923200], RATING: [1.0, 2.0, 3.0]}
@@ -305,7 +305,8 @@ def test_generic_parquet(tmp_path):
 
 def test_generic_parquet_iso_strings(tmp_path):
     pd.DataFrame({"u": ["x"], "i": ["y"], "t": ["1970-01-02"]}).to_parquet(tmp_path / "log.parquet")
-    log = read_events(str(tmp_path / "log.parquet"), user="u", item="i", timestamp="t", format="parquet")
+    log = read_events(str(tmp_path / "log.parquet"), user="u", item="i", timestamp="t", format="parquet",
+                      engine="pandas")
     assert log.events[TIMESTAMP].tolist() == [86_400]
 
 

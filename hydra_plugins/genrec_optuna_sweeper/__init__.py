@@ -1,0 +1,1 @@
+"""genrec's Optuna sweeper plugin for Hydra (genrec_optuna_sweeper.py)."""
