@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create the virtualenv $1 (default .venv) with the torch / fbgemm / torchrec set that works on this machine,
-# then install genrec editable with its dev, export, kernels and trackers extras. Used by `make setup`; see
+# then install genrec editable with its dev, export, kernels, trackers and llm extras. Used by `make setup`; see
 # docs/INSTALL.md.
 #
 # The trap: `pip install torchrec` pulls the 2.7 GB CUDA fbgemm-gpu, which breaks `import torchrec` on a CPU
@@ -22,14 +22,14 @@ if [ "${GENREC_DEVICE:-auto}" = cuda ] || { [ "${GENREC_DEVICE:-auto}" = auto ] 
   echo "install.sh: CUDA machine: torch $TORCH_VERSION + fbgemm-gpu $FBGEMM_VERSION + torchrec $TORCHREC_VERSION"
   pip install --quiet "torch==$TORCH_VERSION" "fbgemm-gpu==$FBGEMM_VERSION"
   pip install --quiet --no-deps "torchrec==$TORCHREC_VERSION"
-  pip install --quiet -e ".[gpu,dev,export,kernels,trackers]"
+  pip install --quiet -e ".[gpu,dev,export,kernels,trackers,llm]"
   # flash-attn builds against the installed torch; optional (genrec falls back to SDPA without it)
   pip install --quiet --no-build-isolation -e ".[flash]" || echo "install.sh: flash-attn not installed (SDPA is used)"
 else
   echo "install.sh: CPU machine: torch $TORCH_VERSION (CPU) + fbgemm-gpu-cpu $FBGEMM_VERSION + torchrec $TORCHREC_VERSION"
   pip install --quiet "torch==$TORCH_VERSION" "fbgemm-gpu-cpu==$FBGEMM_VERSION"
   pip install --quiet --no-deps "torchrec==$TORCHREC_VERSION"
-  pip install --quiet -e ".[cpu,dev,export,kernels,trackers]"
+  pip install --quiet -e ".[cpu,dev,export,kernels,trackers,llm]"
 fi
 # genrec-stream's Redis source: the client is a dependency (pyproject.toml); the server is an OS package
 command -v redis-server >/dev/null || echo "install.sh: redis-server not found (apt-get install redis-server): the" \
