@@ -18,8 +18,7 @@ run: setup
 # The flagship pipeline on the embedded default, one stage per line: data + model (genrec-train) -> evaluation
 # (genrec-eval) -> export (genrec-export) -> parity check of the export (results/export_synthetic.json) -> a query
 # served from the exported files alone; then semantic IDs (genrec-tokenize) -> a decoder-only generator over them
-# (3 epochs) -> its evaluation -> its export (SID table + decoding settings); that second half took about 11 min
-# on a busy 2-core machine.
+# (3 epochs) -> its evaluation -> its export (SID table + decoding settings).
 DEMO_RUN ?= runs/demo
 DEMO_TRAIN_ARGS ?=
 demo: setup

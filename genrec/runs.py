@@ -40,23 +40,22 @@ TRUSTED_TARGETS = ("genrec.", "torch.optim.", "lightning.pytorch.callbacks.", "l
 def check_targets(cfg: DictConfig | ListConfig, source: str | Path, allowed: tuple[str, ...] = TRUSTED_TARGETS
                   ) -> None:
     """Raise :class:`DataError` naming ``source`` and the key when any ``_target_`` in ``cfg`` (at any depth) does
-    not start with one of ``allowed``. Nothing is imported or resolved."""
+    not start with one of ``allowed``. Nothing is imported, instantiated or resolved (an interpolated target is
+    refused as written)."""
     def walk(node: Any, key: str) -> None:
-        if isinstance(node, DictConfig):
-            target = node._get_node("_target_") if "_target_" in node else None
-            if target is not None:
-                value = str(target._value())
-                if not value.startswith(allowed):
-                    raise DataError(source, f"_target_ {value!r} is not a trusted callable (allowed prefixes: "
-                                            f"{', '.join(allowed)}); a run folder's config may not run other code",
-                                    key=f"{key}._target_".lstrip("."))
-            for child in node.keys():
-                walk(node._get_node(child), f"{key}.{child}")
-        elif isinstance(node, ListConfig):
-            for i in range(len(node)):
-                walk(node._get_node(i), f"{key}[{i}]")
+        if isinstance(node, dict):
+            target = node.get("_target_")
+            if target is not None and not str(target).startswith(allowed):
+                raise DataError(source, f"_target_ {str(target)!r} is not a trusted callable (allowed prefixes: "
+                                        f"{', '.join(allowed)}); a run folder's config may not run other code",
+                                key=f"{key}._target_".lstrip("."))
+            for child, value in node.items():
+                walk(value, f"{key}.{child}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{key}[{i}]")
 
-    walk(cfg, "")
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
 def load_config(path: Path, allowed: tuple[str, ...] = TRUSTED_TARGETS) -> DictConfig:

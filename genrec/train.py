@@ -37,6 +37,7 @@ from genrec.eval.metrics import evaluate
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.plots import plot_curves
+from genrec.training.tables import close_tables
 from genrec.training.trainer import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
 
@@ -60,7 +61,8 @@ def resume_point(resume_from: str) -> tuple[Path, Path]:
     if not (folder / "config.yaml").is_file():
         raise UserError(f"resume_from={resume_from}: {folder} is not a run folder (no config.yaml)")
     if not checkpoint.exists():
-        raise UserError(f"resume_from={resume_from}: {checkpoint} not found (the run saved no checkpoint yet?)")
+        raise UserError(f"resume_from={resume_from}: {checkpoint} not found: the run stopped before its first "
+                        f"checkpoint; delete {folder} and train again")
     read_meta(checkpoint)  # a truncated or foreign file fails here, naming itself
     return folder, checkpoint
 
@@ -161,6 +163,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     best_path = Path(best.best_model_path)
     valid = trainer.validate(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
     test = trainer.test(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
+    close_tables(task)
     if not trainer.is_global_zero:
         return {}
     baselines = evaluate_baselines(cfg, datamodule)
@@ -199,9 +202,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         write_json(results, {"name": cfg.results_name, **metrics})
 
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
-    if "invalid_rate" in metrics["metrics"]["test"]:
-        print(f"\nInvalid semantic IDs among the decoded top-{task.model.top_k}: "
-              f"{metrics['metrics']['test']['invalid_rate']:.2%} (constrained: {task.model.constrained})")
+    for line in task.notes(metrics["metrics"]["test"]):
+        print(f"\n{line}")
     print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
           f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
           f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")

@@ -1,7 +1,7 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
 dataset statistics (scripts/data_stats.py), training runs (genrec-train results_name=...; generative models over
 semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench_hstu.py,
-scripts/bench_kernels.py, scripts/bench_beam.py) and tokenizer runs (genrec-tokenize).
+scripts/bench_kernels.py, scripts/bench_beam.py, scripts/bench_dynamic.py) and tokenizer runs (genrec-tokenize).
 
 Usage: python scripts/make_results_doc.py  (or `make results`)
 """
@@ -587,6 +587,102 @@ def data_stats_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:,.1f}K"
+
+
+def _mib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**20:,.0f} MiB"
+
+
+def bench_dynamic_tables(files: list[dict]) -> list[str]:
+    """Dynamic embedding tables (scripts/bench_dynamic.py): exactness, remap speed, hit rates, tiers, overheads."""
+    out = []
+    for r in files:
+        if r.get("kind") != "bench_dynamic" or r.get("quick"):
+            continue
+        goal = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+        out += ["## Dynamic embedding tables", "",
+                f"`results/{r['name']}.json` (`scripts/bench_dynamic.py`, commit `{r['commit'][:12]}`): "
+                f"{r['machine_note']}; batches of {r['batch']} IDs; every comparison measured side by side in this "
+                "run (timed variants alternate in blocks, medians).", ""]
+        st = r["stores"]
+        out += [f"**Tier-2 store** ({st['rows']:,} rows of {st['record_bytes']} bytes, random multi-gets of 8192):", "",
+                "| store | writes (rows/s) | random reads (rows/s) | disk |", "|---|---|---|---|"]
+        for name, x in st["results"].items():
+            out.append(f"| {name} | {x['put_rows_per_s']:,.0f} | {x['get_rows_per_s']:,.0f} | {_mib(x['disk_bytes'])} |")
+        ltm = {x["backend"]: x for x in r["larger_than_memory"]}
+        if "lmdb" in ltm:
+            out += ["", f"LMDB reads faster, but maps its file: every page it reads counts in the process's RSS "
+                    f"(below: {_mib(ltm['lmdb']['peak_minus_fixed_bytes'])} over the fixed overhead for a "
+                    f"{_mib(ltm['lmdb']['budget_bytes'])} budget, against "
+                    f"{_mib(ltm['rocksdb']['peak_minus_fixed_bytes'])} with RocksDB), so RocksDB, whose reads go "
+                    "through a block cache of a set size, is the default."]
+        out += ["", "**Exactness** (tier 0 = 10% of the working set with tier 2, vs the whole table in memory; same "
+                "stream):", "", "| optimizer | working set | tier 0 | rows back from tier 2 | max weight diff "
+                "| max state diff | goal ≤ 1e-6 |", "|---|---|---|---|---|---|---|"]
+        for x in r["exactness"]:
+            worst = max(x["max_weight_diff"], x["max_state_diff"])
+            out.append(f"| {x['optimizer']} | {x['working_set']:,} | {x['tier0_rows']:,} ({x['tier0_fraction']:.0%}) "
+                       f"| {x['hits_tier2']:,} | {x['max_weight_diff']:.1g} | {x['max_state_diff']:.1g} "
+                       f"| {goal(worst <= 1e-6 and x['same_rows'])} |")
+        out += ["", "**Remap speed** (raw ID -> slot with admission and eviction, table filled before timing, Zipf(1.05) "
+                "batches; TorchRec's MCH: LRU, eviction every batch):", "",
+                "| slots | genrec (IDs/s) | MCH (IDs/s) | genrec / MCH | goal ≥ 2M IDs/s |", "|---|---|---|---|---|"]
+        for x in r["remap"]:
+            if "skipped" in x:
+                out.append(f"| {x['capacity']:,} | skipped: {x['skipped']} | | | |")
+                continue
+            ratio = f"{x['genrec_ids_per_s'] / x['mch_ids_per_s']:.1f}x" if x["mch_ids_per_s"] else "–"
+            out.append(f"| {x['capacity']:,} | {_rate(x['genrec_ids_per_s'])} | {_rate(x['mch_ids_per_s'])} | {ratio} "
+                       f"| {goal(x['genrec_ids_per_s'] >= 2e6)} |")
+        z = r["zipf"]
+        out += ["", f"**Training throughput and hit rate** (Zipf(1.05), {z['ids']:,} IDs, {z['distinct']:,} distinct, "
+                f"D = {z['dim']}, row-wise Adagrad; IDs/s of lookup + fused update over the last batches; the static "
+                f"table: FBGEMM's fused TBE (a TorchRec FUSED table's kernel) on IDs remapped offline, "
+                f"{_rate(z['static_tbe_ids_per_s'])} IDs/s; MCH: its remap + the same TBE on its slots):", "",
+                "| tier 0 | rows | genrec LRU | genrec LFU | MCH | LRU hit rate (exact) | LFU hit rate (exact) "
+                "| goal: within 1 point |", "|---|---|---|---|---|---|---|---|"]
+        for x in z["rows"]:
+            gaps = [abs(x["genrec_lru_hit_rate"] - x["exact_lru_hit_rate"]),
+                    abs(x["genrec_lfu_hit_rate"] - x["exact_lfu_hit_rate"])]
+            out.append(f"| {x['fraction']:.0%} | {x['capacity']:,} | {_rate(x['genrec_lru_ids_per_s'])} "
+                       f"| {_rate(x['genrec_lfu_ids_per_s'])} | {_rate(x.get('mch_ids_per_s'))} "
+                       f"| {x['genrec_lru_hit_rate']:.4f} ({x['exact_lru_hit_rate']:.4f}) "
+                       f"| {x['genrec_lfu_hit_rate']:.4f} ({x['exact_lfu_hit_rate']:.4f}) | {goal(max(gaps) <= 0.01)} |")
+        p = r["prefetch"]
+        ratios = p["ratio_vs_all_in_memory"]
+        out += ["", f"**Prefetching** (a training step: lookup of 8192 IDs, an MLP {p['dim']}->{p['hidden']}->1 over each "
+                f"row, fused update; {p['distinct']:,} distinct IDs, tier 0 = {p['tier0_rows']:,} rows with tier 2): "
+                f"all in memory {p['median_step_s']['all_in_memory'] * 1e3:.1f} ms per step; 10% tier 0 "
+                f"{ratios['tier0_10pct']:.2f}x that, with prefetching {ratios['tier0_10pct_prefetch']:.2f}x "
+                f"(goal ≤ 1.2x: {goal(ratios['tier0_10pct_prefetch'] <= 1.2)})."
+                + ("" if ratios["tier0_10pct_prefetch"] <= 1.2 else
+                   " The prefetcher maps in a Python thread, which shares the interpreter lock with the training step "
+                   "and the write-back thread (per-row store calls are Python calls), and here two cores busy with "
+                   "other jobs: the mapping cannot run beside the step (docs/DYNAMIC_EMBEDDINGS.md)."), ""]
+        q = r["sasrec"]
+        out += [f"**SASRec step** ({q['num_items']:,} items, {q['batch_users']} users x {q['length']} positions, "
+                f"{q['loss']}, everything in tier 0): static table {q['median_step_s']['static'] * 1e3:.1f} ms, "
+                f"dynamic {q['median_step_s']['dynamic'] * 1e3:.1f} ms: overhead {q['overhead']:+.1%} "
+                f"(goal ≤ 10%: {goal(q['overhead'] <= 0.10)}).", ""]
+        out += ["**Larger than memory** (a child process per store; the budget covers tier 0, its bookkeeping and the "
+                "store's caches; fixed overhead = the process's RSS before the table: Python, torch, the libraries):", "",
+                "| store | budget | tier 0 rows | rows stored | table (weights + state) | fixed overhead "
+                "| peak RSS - fixed | disk | IDs/s | hit rate tier 0 / tier 2 | within budget |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for x in r["larger_than_memory"]:
+            out.append(f"| {x['backend']} | {_mib(x['budget_bytes'])} | {x['capacity']:,} | {x['rows']:,} "
+                       f"| {_mib(x['table_bytes'])} ({x['table_over_budget']:.1f}x budget) "
+                       f"| {_mib(x['fixed_overhead_bytes'])} | {_mib(x['peak_minus_fixed_bytes'])} "
+                       f"| {_mib(x['disk_bytes'])} | {_rate(x['ids_per_s'])} "
+                       f"| {x['hit_rate_tier0']:.3f} / {x['hit_rate_tier2']:.3f} | {'yes' if x['within_budget'] else 'NO'} |")
+        out.append("")
+    return out
+
+
 def main() -> None:
     files = [json.loads(p.read_text()) | {"name": p.stem} for p in sorted(RESULTS.glob("*.json"))]
     lines = ["# Results", "", "Generated by `scripts/make_results_doc.py` from `results/*.json`; do not edit by hand.",
@@ -599,6 +695,7 @@ def main() -> None:
     lines += tokenizer_tables(files)
     lines += kernel_tables(files)
     lines += bench_beam_tables(files)
+    lines += bench_dynamic_tables(files)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

@@ -1,7 +1,7 @@
 """Exact resume: a training run SIGKILLed at some point and resumed with ``genrec-train resume_from=<run folder>``
 ends bit-identical to the uninterrupted run (test metrics, best epoch, the logged validation scores and step
 losses) — SASRec (killed mid-epoch and right after an epoch's checkpoint), HSTU, the decoder-only generator over
-semantic IDs, and a 2-process sharded run. The processes are real and the kill is a real SIGKILL of the whole
+semantic IDs, a dynamic item table with an SSD tier, and a 2-process sharded run. The processes are real and the kill is a real SIGKILL of the whole
 process group, sent from this test at a point drawn from a seeded generator."""
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ KINDS = {
     "hstu": ["model=hstu", "model.dim=16", "model.encoder.num_layers=1", "model.loss.num_negatives=8"],
     "sid_gpt": ["model=sid_gpt", "model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32",
                 "data.max_len=8"],
+    # a dynamic item table with an SSD tier: 600 items, 300 rows in memory, the rest in RocksDB (38 steps per epoch)
+    "sasrec_dynamic": ["model.dim=16", "loss@model.loss=sampled", "model.loss.num_negatives=8",
+                       "data.reader.num_items=600", "data.batch_size=8", "trainer.max_epochs=3",
+                       "embedding@model.embedding=dynamic", "model.embedding.capacity=300",
+                       "model.embedding.pinned_batches=1"],
 }
 #: set by an earlier in-process Lightning run; a child that inherits LOCAL_RANK thinks it was launched externally
 LAUNCH_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"}
@@ -44,6 +49,8 @@ def _environment() -> dict[str, str]:
 
 
 def _start(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
+    if "embedding@model.embedding=dynamic" in overrides:  # the table's SSD tier: one store per run
+        overrides = overrides + [f"model.embedding.store.path={run_dir}-store"]
     return subprocess.Popen([sys.executable, "-m", "genrec.train", *overrides, f"hydra.run.dir={run_dir}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_environment(),
                             start_new_session=True)  # its own process group: the kill takes every rank
@@ -142,6 +149,7 @@ def uninterrupted(workdir):
     ("sasrec", 20),   # the checkpoint after the second epoch's validation
     ("hstu", 12),     # mid-epoch, second epoch
     ("sid_gpt", 8),   # mid-epoch, first epoch
+    ("sasrec_dynamic", 40),  # mid-epoch, second epoch: tier 0, the store and the admission state come back
 ])
 def test_killed_and_resumed_equals_uninterrupted(kind, kill_step, workdir, uninterrupted, tmp_path):
     reference = uninterrupted(kind)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifa
 from genrec.eval.metrics import Evaluator
 from genrec.export.tower import QuantizedItemTable, UserTower, export_onnx, export_tower, tower_inputs
 from genrec.conf import CONF_MODULE
+from genrec.embedding.dynamic import DynamicItemEmbedding
+from genrec.embedding.dynamic.export import export_rows
 from genrec.errors import ConfigError, UserError
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
@@ -158,6 +161,28 @@ def _export_indexes(vectors: np.ndarray, queries: np.ndarray, out_dir: Path, cfg
     return entries
 
 
+def _detail(artifact: dict[str, Any]) -> str:
+    """The figure printed beside an exported artifact."""
+    if artifact["kind"] == "faiss_index":
+        return f"recall@10 vs exact {artifact['recall_at_10_vs_exact']:.4f}"
+    if "max_abs_diff" in artifact.get("parity", {}):
+        return f"parity max |diff| {artifact['parity']['max_abs_diff']:.2g}"
+    if artifact["kind"] == "dynamic_rows":
+        delta = f", changed since version {artifact['since']}" if artifact["since"] is not None else ""
+        return f"{artifact['rows']} rows at table version {artifact['version']}{delta}"
+    return ""
+
+
+def _export_dynamic_rows(embedding: DynamicItemEmbedding, out_dir: Path, since: int | None) -> dict[str, Any]:
+    """``item_table_rows/``: a dynamic item table's admitted rows keyed by raw ID (``since``: only the rows changed
+    after that table version, and the IDs deleted since, for a hot update of a serving table at that version)."""
+    folder = out_dir / "item_table_rows"
+    shutil.rmtree(folder, ignore_errors=True)
+    part = export_rows(embedding.local_table, folder, since)
+    return artifact_entry(out_dir, folder.name, "dynamic_rows", version=part["version"], since=part["since"],
+                          rows=part["rows"], deleted=part["deleted"], dim=part["dim"], default=part["default"])
+
+
 def _test_metrics(queries: torch.Tensor, vectors: torch.Tensor, batches, exclude_history: bool) -> dict[str, float]:
     """Recall/NDCG/MRR on the test users of ``queries (U, D)`` against ``vectors (num_items, D)`` (genrec's
     evaluator: the same protocol as training's test metrics)."""
@@ -263,6 +288,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
     artifacts.update(indexes)
+    if isinstance(model.item_embedding, DynamicItemEmbedding):
+        artifacts["item_table_rows"] = _export_dynamic_rows(model.item_embedding, out_dir, cfg.dynamic_since)
 
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -280,11 +307,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "export_seconds": round(time.time() - started, 1),
     }
     write_manifest(out_dir, manifest)
-    lines = [f"  {name:<18} {a['file']:<20} " + (f"recall@10 vs exact {a['recall_at_10_vs_exact']:.4f}"
-                                                if a["kind"] == "faiss_index" else
-                                                f"parity max |diff| {a['parity']['max_abs_diff']:.2g}"
-                                                if "max_abs_diff" in a.get("parity", {}) else "")
-             for name, a in artifacts.items()]
+    lines = [f"  {name:<18} {a['file']:<20} " + _detail(a) for name, a in artifacts.items()]
     lines += [f"  {dtype:<18} item table {q['table_bytes']} bytes ({q['bytes_vs_fp32']:.2f}x), recall@10 vs fp32 "
               f"{q['recall_at_10_vs_fp32']:.4f}, test recall@10 {q['test_metrics']['recall@10']:.4f}"
               for dtype, q in quantization.items()]

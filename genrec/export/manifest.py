@@ -27,6 +27,10 @@ Artifact kinds and their own keys:
   read the rows), ``first_id``.
 * ``sid_table`` — ``codebook_sizes``, ``content_hash``, ``entries``: genrec's SID table (Parquet, with the
   ``sid_table.safetensors`` beside it listed as its own artifact of the same kind).
+* ``dynamic_rows`` — ``version``, ``since`` (null: all rows; else a delta since that table version), ``rows``,
+  ``deleted``, ``dim``: a dynamic item table's rows keyed by raw ID (a folder of ``part-rank<r>/`` with ``ids.npy``,
+  ``rows.npy``, ``deleted_ids.npy``, ``default_rows.npy``; ``genrec.embedding.dynamic.export.apply_export`` is the
+  reference for applying it; docs/DYNAMIC_EMBEDDINGS.md).
 
 A reader checks ``model.kind`` before anything else.
 """
@@ -65,6 +69,7 @@ ARTIFACT_KINDS = {
                     "recall_at_10_vs_exact": float},
     "quantized_item_vectors": {"dtype": str, "shape": list, "layout": str, "first_id": int},
     "sid_table": {"codebook_sizes": list, "content_hash": str, "entries": int},
+    "dynamic_rows": {"version": int, "rows": int, "deleted": int, "dim": int},
 }
 
 
@@ -73,9 +78,11 @@ class ManifestError(UserError):
 
 
 def artifact_entry(out_dir: Path, file: str, kind: str, **fields: Any) -> dict[str, Any]:
-    """The manifest entry of ``out_dir / file``: its checksum and size plus the kind's own ``fields``."""
+    """The manifest entry of ``out_dir / file`` (a file, or a folder of files): its checksum and size plus the kind's
+    own ``fields``."""
     path = out_dir / file
-    return {"file": file, "kind": kind, "sha256": file_digest(path), "bytes": path.stat().st_size, **fields}
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+    return {"file": file, "kind": kind, "sha256": file_digest(path), "bytes": size, **fields}
 
 
 def _check_section(section: dict, required: dict[str, type], where: str, source: str) -> None:

@@ -17,6 +17,7 @@ from genrec.runs import TRUSTED_TARGETS, RunFolder
 from genrec.tokenize.sid_table import SIDTable
 from genrec.training.generative import GenerativeTask
 from genrec.training.module import RetrievalTask
+from genrec.training.tables import load_tables, private_stores
 from genrec.training.task import RecommenderTask
 
 
@@ -93,6 +94,7 @@ def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tupl
     path = checkpoint if isinstance(checkpoint, Path) else run.checkpoint(checkpoint)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids)
+    task = build_task(private_stores(cfg), datamodule.data.num_items, datamodule.data.item_raw_ids)
     load_weights(path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
+    load_tables(task, path)  # dynamic embedding tables, from the snapshot beside the checkpoint
     return cfg, datamodule, task.eval()

@@ -45,6 +45,10 @@ class GenerativeTask(RecommenderTask):
         decoded, invalid = reduce(torch.tensor(self._beam_scorer.pop_counts(), dtype=torch.float64)).tolist()
         return {"invalid_rate": invalid / max(decoded, 1.0)}
 
+    def notes(self, metrics: dict[str, float]) -> list[str]:
+        return [f"Invalid semantic IDs among the decoded top-{self.model.top_k}: {metrics['invalid_rate']:.2%} "
+                f"(constrained: {self.model.constrained})"]
+
     def run_info(self) -> dict[str, Any]:
         """The SID table the numbers depend on and how the model decodes."""
         m = self.model

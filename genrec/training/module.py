@@ -1,6 +1,8 @@
 """The task of next-item retrieval models: next-item loss at every position, full-corpus validation and test."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -39,6 +41,23 @@ class RetrievalTask(RecommenderTask):
         total = positions.clone()
         dist.all_reduce(total)
         return loss * (positions * dist.get_world_size() / total).to(loss.dtype)
+
+    def on_train_batch_start(self, batch: JaggedBatch, batch_idx: int) -> None:
+        """A dynamic item table (genrec.embedding.dynamic) expires rows by event time: the batch's latest event."""
+        times = batch.query_timestamps if batch.query_timestamps is not None else batch.timestamps
+        if times is not None and times.numel() and hasattr(self.model.item_embedding, "set_event_time"):
+            self.model.item_embedding.set_event_time(int(times.max()))
+
+    def on_train_epoch_end(self) -> None:
+        """A dynamic item table's counters into the run's logs, once per epoch."""
+        embedding = self.model.item_embedding
+        if hasattr(embedding, "counters"):
+            self.log_dict({f"item_table/{k}": float(v) for k, v in embedding.counters().items()})
+
+    def run_info(self) -> dict[str, Any]:
+        """A dynamic item table's counters (admitted, evicted, live rows, hits per tier, ...), this process's."""
+        embedding = self.model.item_embedding
+        return {"item_table": embedding.counters()} if hasattr(embedding, "counters") else {}
 
     def make_scorer(self) -> Scorer:
         # every item's vector once per pass (for a sharded table: one gather of all rows, a collective call)

@@ -169,7 +169,7 @@ class LastCheckpoint(Checkpoint):
         # the epoch's last batch is left to on_train_epoch_end (its validation comes first)
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0 \
                 and not trainer.fit_loop.epoch_loop.done:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # the whole training state, not the weights only

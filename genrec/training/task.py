@@ -62,6 +62,10 @@ class RecommenderTask(L.LightningModule):
         """What the run's numbers depend on beyond its config, for ``metrics.json``."""
         return {}
 
+    def notes(self, metrics: dict[str, float]) -> list[str]:
+        """Lines printed above the test table about this task's own ``metrics`` (one split's)."""
+        return []
+
     @property
     def exclude_history(self) -> bool:
         return self.evaluator.exclude_history

@@ -23,6 +23,7 @@ from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.tables import DynamicTablesCheckpoint
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
 TRAIN_KEYS: dict[str, tuple[type, ...]] = {
@@ -32,8 +33,9 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
     "resume_from": (str, type(None)), "model.dim": (int,),
 }
-#: of those, the ones that must be positive
+#: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim"}
+NON_NEGATIVE = {"optim.weight_decay", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
 
@@ -101,6 +103,8 @@ def check_train_config(cfg: DictConfig) -> None:
             raise ConfigError(key, f"got {value!r}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds))
         if key in POSITIVE and value <= 0:
             raise ConfigError(key, f"got {value!r}, expected a positive value")
+        if key in NON_NEGATIVE and value < 0:
+            raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
 
 
@@ -134,12 +138,14 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     """The Trainer of a run in ``run_dir`` (no data needed) and its best-checkpoint callback.
 
     Checkpoints: ``best.ckpt`` (best ``val/<eval.monitor>``) and ``last.ckpt`` (every validation, and every
-    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place."""
+    ``checkpoint_every_n_steps`` training steps when set), both overwritten in place; dynamic embedding tables are
+    snapshotted beside them (:mod:`genrec.training.tables`)."""
     monitor = f"val/{cfg.eval.monitor}"
     checkpoints = run_dir / CHECKPOINT_DIR
     best = RunCheckpoint(dirpath=checkpoints, filename="best", monitor=monitor, mode="max", save_top_k=1)
     callbacks = [instantiate(node) for node in (cfg.get("callbacks") or {}).values()]
-    callbacks += [ResumeState(), best, LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
+    callbacks += [ResumeState(), DynamicTablesCheckpoint(checkpoints), best,
+                  LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                             logger=build_loggers(cfg, run_dir, resume_step))
