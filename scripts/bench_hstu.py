@@ -275,7 +275,9 @@ def peer_main(args: argparse.Namespace) -> None:
 
     from genrec.utils.provenance import provenance, write_json
 
-    rows = []
+    import os
+
+    rows, load_before = [], os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
             runs = {"genrec": [], "peer": []}
@@ -318,6 +320,9 @@ def peer_main(args: argparse.Namespace) -> None:
                "harness": Path(args.harness).name, "peer_rev": args.peer_rev,
                "memory": "peak RSS of the process (getrusage ru_maxrss; imports included), as the peer harness "
                          "measures it",
+               "machine": f"{os.cpu_count()} cores shared with other jobs (1-minute load average "
+                          f"{load_before[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): absolute "
+                          "figures move with the load; the ratios, measured alternating in one run, are the result.",
                "rows": rows, **provenance()}
     write_json(Path(args.peer_out), payload)
     print(f"wrote {args.peer_out}")
