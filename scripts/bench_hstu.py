@@ -74,6 +74,9 @@ def _parse() -> argparse.Namespace:
     peer.add_argument("--peer-warmup", type=int, default=3)
     peer.add_argument("--peer-threads", type=int, default=2)
     peer.add_argument("--peer-seed", type=int, default=42)
+    peer.add_argument("--omp-wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"],
+                      help="OMP_WAIT_POLICY of both sides' processes: on shared cores libgomp's default spinning "
+                           "at every parallel region's barrier made genrec's step up to 10x slower")
     peer.add_argument("--peer-out", default=str(ROOT / "results" / "bench_hstu_peer.json"))
     peer.add_argument("--genrec-case", metavar="PRESET", help=argparse.SUPPRESS)  # worker mode
     return p.parse_args()
@@ -277,6 +280,7 @@ def peer_main(args: argparse.Namespace) -> None:
 
     import os
 
+    os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy  # inherited by both sides' processes
     rows, load_before = [], os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
@@ -317,6 +321,7 @@ def peer_main(args: argparse.Namespace) -> None:
                "dataset": "synthetic ML-1M-like batches (peer harness make_batch)", "batch_size": 128,
                "max_len": 200, "num_items": 3706, "seed": args.peer_seed, "threads": args.peer_threads,
                "steps": args.peer_steps, "warmup": args.peer_warmup, "rounds": args.rounds,
+               "omp_wait_policy": args.omp_wait_policy,
                "harness": Path(args.harness).name, "peer_rev": args.peer_rev,
                "memory": "peak RSS of the process (getrusage ru_maxrss; imports included), as the peer harness "
                          "measures it",
