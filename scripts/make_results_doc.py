@@ -257,7 +257,8 @@ def hstu_peer_tables(files: list[dict]) -> list[str]:
                 f"{r['dataset']}: batch {r['batch_size']}, max length {r['max_len']}, {r['num_items']} items, seed "
                 f"{r['seed']}; a step is feature preparation, loss over every position with 128 uniform negatives "
                 f"(cosine, temperature 0.05), backward and AdamW. Peer: `{r['harness']}` at `{r['peer_rev'][:12]}`, "
-                f"genrec: `experiment=<experiment>`. {r['threads']} threads each, {r['steps']} timed steps after "
+                f"genrec: `experiment=<experiment>`. {r['threads']} threads each (OMP_WAIT_POLICY "
+                f"{r.get('omp_wait_policy', 'unset: libgomp spins')}), {r['steps']} timed steps after "
                 f"{r['warmup']} warm-up per run, the two alternating for {r['rounds']} rounds; figures are medians "
                 f"over rounds of each run's median step. Memory: {r['memory']}. Goal (issue 17): >= 2x the peer's "
                 "seq/s and <= 0.5x its peak memory.", "",
