@@ -394,6 +394,37 @@ def benchmark_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def hstu_peer_tables(files: list[dict]) -> list[str]:
+    """genrec's HSTU step vs Meta's reference on the same batches (scripts/bench_hstu.py --peer)."""
+    out = []
+    for r in files:
+        if r.get("benchmark") != "hstu_peer":
+            continue
+        out += [f"## Benchmark: HSTU training step, genrec vs Meta's reference HSTU (`results/{r['name']}.json`)", "",
+                f"{r['dataset']}: batch {r['batch_size']}, max length {r['max_len']}, {r['num_items']} items, seed "
+                f"{r['seed']}; a step is feature preparation, loss over every position with 128 uniform negatives "
+                f"(cosine, temperature 0.05), backward and AdamW. Peer: `{r['harness']}` at `{r['peer_rev'][:12]}`, "
+                f"genrec: `experiment=<experiment>`. {r['threads']} threads each (OMP_WAIT_POLICY "
+                f"{r.get('omp_wait_policy', 'unset: libgomp spins')}), {r['steps']} timed steps after "
+                f"{r['warmup']} warm-up per run, the two alternating for {r['rounds']} rounds; figures are medians "
+                f"over rounds of each run's median step. Memory: {r['memory']}. Goal (issue 17): >= 2x the peer's "
+                "seq/s and <= 0.5x its peak memory.", "",
+                "| preset | experiment | peer s/step | genrec s/step | peer seq/s | genrec seq/s | speed-up | "
+                "peer peak MiB | genrec peak MiB | memory ratio | CPU s/step peer / genrec |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            g, p = row["genrec"], row["peer"]
+            out.append(f"| {row['config']} | `{row['experiment']}` | {p['step_s_median']:.3f} | "
+                       f"{g['step_s_median']:.3f} | {p['seqs_per_s_at_median']:.1f} | {g['seqs_per_s_at_median']:.1f} "
+                       f"| {row['speedup_seqs_per_s']:.2f}x | {p['peak_rss_mib']:.0f} | {g['peak_rss_mib']:.0f} | "
+                       f"{row['memory_ratio']:.2f}x | {p['cpu_user_s_per_step'] + p['cpu_sys_s_per_step']:.2f} / "
+                       f"{g['cpu_user_s_per_step'] + g['cpu_sys_s_per_step']:.2f} |")
+        met = [row["speedup_seqs_per_s"] >= 2 and row["memory_ratio"] <= 0.5 for row in r["rows"]]
+        out += ["", f"Commit `{r['commit'][:12]}`, torch {r['environment']['torch']}. {r.get('machine', '')} "
+                    f"Goal met at {sum(met)} of {len(met)} presets.", ""]
+    return out
+
+
 def kernel_tables(files: list[dict]) -> list[str]:
     """genrec_kernels on a GPU (scripts/bench_kernels.py): HSTU attention, Triton vs the padded reference."""
     out = []
@@ -1175,6 +1206,7 @@ def main() -> None:
     lines += post_training_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)
+    lines += hstu_peer_tables(files)
     lines += tokenizer_tables(files)
     lines += kernel_tables(files)
     lines += bench_beam_tables(files)

@@ -6,7 +6,12 @@ Writes ``<run_dir>/export/`` (or ``out_dir``):
 * ``item_vectors.npy`` — ``(num_items, D)`` float32 scoring-side item vectors (row ``r`` = dense ID ``r + 1``).
 * ``index_<name>.faiss`` — one faiss index per entry of ``indexes`` (genrec/conf/index/), labels = dense item IDs.
 * ``user_tower.pt2`` — the query encoder through ``torch.export`` (and ``user_tower.onnx`` when onnx and
-  onnxscript are installed), checked against the in-framework encoder on every test user.
+  onnxscript are installed), checked against the in-framework encoder on every test user. SASRec and HSTU (with
+  the items' times and the request's time as extra inputs when HSTU was trained with its time bias).
+* ``item_vectors_<fp16|int8>.npy`` and ``user_tower_<fp16|int8>.pt2`` for every entry of ``quantize``: the item
+  table in FP16 or row-wise INT8 (FBGEMM's quantised table-batched-embedding kernels read it, in the tower too);
+  the manifest's ``quantization`` section gives each one's bytes, its top-10 overlap with float32 retrieval and
+  the test metrics with it, beside float32's.
 * ``manifest.json`` — every artifact with checksum, dimensions, normalisation, ID map and versions
   (genrec/export/manifest.py); written last, so a folder without it is an unfinished export.
 
@@ -35,7 +40,8 @@ import genrec
 from genrec.cli import run_cli
 from genrec.export.index import build_index, exact_top_k, recall_at_k
 from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, write_manifest
-from genrec.export.tower import TOWER_INPUTS, UserTower, export_onnx, export_tower
+from genrec.eval.metrics import Evaluator
+from genrec.export.tower import QuantizedItemTable, UserTower, export_onnx, export_tower, tower_inputs
 from genrec.conf import CONF_MODULE
 from genrec.embedding.dynamic import DynamicItemEmbedding
 from genrec.embedding.dynamic.export import export_rows
@@ -56,27 +62,28 @@ class ParityError(UserError):
 
 
 @torch.no_grad()
-def tower_parity(run_tower, batches, reference, atol: float, rtol: float) -> dict[str, Any]:
-    """Run ``run_tower(ids, offsets) -> (B, D)`` on every test user's whole history (``batch.seen_ids``, not
-    truncated: the tower truncates) and compare with the in-framework query vectors ``reference`` (one ``(B, D)``
-    per batch) by ``torch.allclose``. Returns the figures for the manifest."""
+def tower_parity(run_tower, tower: UserTower, batches, reference, atol: float, rtol: float) -> dict[str, Any]:
+    """Run ``run_tower(*inputs) -> (B, D)`` on every test user (inputs from
+    :func:`~genrec.export.tower.tower_inputs`: the whole history, ``batch.seen_ids``, not truncated: the tower
+    truncates) and compare with the in-framework query vectors ``reference`` (one ``(B, D)`` per batch) by
+    ``torch.allclose``. Returns the figures for the manifest."""
     worst, users, ok = 0.0, 0, True
     for batch, expected in zip(batches, reference):
-        got = torch.as_tensor(np.asarray(run_tower(batch.seen_ids, batch.seen_offsets)))
+        got = torch.as_tensor(np.asarray(run_tower(*tower_inputs(tower, batch))))
         worst = max(worst, float((got - expected).abs().max()))
         ok &= bool(torch.allclose(got, expected, atol=atol, rtol=rtol))
         users += len(expected)
     return {"users": users, "max_abs_diff": worst, "atol": atol, "rtol": rtol, "passed": ok}
 
 
-def _onnx_runner(path: Path):
-    """An onnxruntime session as ``f(ids, offsets) -> (B, D)``, or ``None`` when onnxruntime is missing."""
+def _onnx_runner(path: Path, names: list[str]):
+    """An onnxruntime session as ``f(*inputs) -> (B, D)``, or ``None`` when onnxruntime is missing."""
     try:
         import onnxruntime
     except ImportError:
         return None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return lambda ids, offsets: session.run(None, {"item_ids": ids.numpy(), "offsets": offsets.numpy()})[0]
+    return lambda *inputs: session.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0]
 
 
 def _versions() -> dict[str, str]:
@@ -106,14 +113,15 @@ def _export_towers(tower: UserTower, num_items: int, out_dir: Path, batches, ref
                    ) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Write ``user_tower.pt2`` (and ``user_tower.onnx`` when possible), each reloaded from disk and checked
     against ``reference``. Returns (manifest entries, why ONNX was skipped or None)."""
-    output = {"name": "query", "shape": ["B", tower.item_table.shape[1]], "dtype": "float32",
+    output = {"name": "query", "shape": ["B", tower.dim], "dtype": "float32",
               "meaning": "user vectors; score = inner product with item_vectors"
                          + (" (both sides L2-normalised)" if tower.cosine else "")}
-    fields = {"inputs": TOWER_INPUTS, "output": output, "max_len": tower.max_len,
+    fields = {"inputs": tower.inputs, "output": output, "max_len": tower.max_len,
               "truncation": f"keeps each user's most recent {tower.max_len} items, as genrec's evaluation does"}
     path = out_dir / "user_tower.pt2"
     torch.export.save(export_tower(tower, num_items), path)
-    parity = tower_parity(torch.export.load(path).module(), batches, reference, cfg.parity.atol, cfg.parity.rtol)
+    parity = tower_parity(torch.export.load(path).module(), tower, batches, reference, cfg.parity.atol,
+                          cfg.parity.rtol)
     _check(parity, path, cfg)
     entries = {"user_tower": artifact_entry(out_dir, path.name, "torch_export", parity=parity, **fields)}
     if not cfg.onnx:
@@ -122,11 +130,11 @@ def _export_towers(tower: UserTower, num_items: int, out_dir: Path, batches, ref
     reason = export_onnx(tower, num_items, path)
     if reason:
         return entries, reason
-    runner = _onnx_runner(path)
+    runner = _onnx_runner(path, tower.input_names)
     if runner is None:
         parity = {"skipped": "onnxruntime is not installed: ONNX parity not checked"}
     else:
-        parity = tower_parity(runner, batches, reference, cfg.parity.atol, cfg.parity.rtol)
+        parity = tower_parity(runner, tower, batches, reference, cfg.parity.atol, cfg.parity.rtol)
         _check(parity, path, cfg)
     entries["user_tower_onnx"] = artifact_entry(out_dir, path.name, "onnx", parity=parity, **fields)
     return entries, None
@@ -175,10 +183,72 @@ def _export_dynamic_rows(embedding: DynamicItemEmbedding, out_dir: Path, since: 
                           rows=part["rows"], deleted=part["deleted"], dim=part["dim"], default=part["default"])
 
 
+def _test_metrics(queries: torch.Tensor, vectors: torch.Tensor, batches, exclude_history: bool) -> dict[str, float]:
+    """Recall/NDCG/MRR on the test users of ``queries (U, D)`` against ``vectors (num_items, D)`` (genrec's
+    evaluator: the same protocol as training's test metrics)."""
+    evaluator, start = Evaluator(exclude_history=exclude_history), 0
+    for batch in batches:
+        scores = queries[start:start + batch.batch_size] @ vectors.T
+        start += batch.batch_size
+        evaluator.update(torch.cat([torch.full_like(scores[:, :1], float("-inf")), scores], 1), batch)
+    return evaluator.compute()
+
+
+def _top10(queries: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    return (queries @ vectors.T).topk(10, dim=1).indices
+
+
+@torch.no_grad()
+def _export_quantized(model, tower: UserTower, num_items: int, out_dir: Path, batches, reference, vectors: np.ndarray,
+                      cfg: DictConfig, exclude_history: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """For every dtype of ``cfg.quantize``: the scoring-side item vectors and the tower's item table in that dtype
+    (FBGEMM's kernels), the tower exported, and the figures against float32. Returns (artifacts, the manifest's
+    ``quantization`` section)."""
+    fp32_vectors, fp32_queries = torch.from_numpy(vectors), torch.cat(reference)
+    exact = _top10(fp32_queries, fp32_vectors)
+    section = {"fp32": {"table_bytes": int(fp32_vectors.numel() * 4), "bytes_vs_fp32": 1.0,
+                        "recall_at_10_vs_fp32": 1.0,
+                        "test_metrics": _test_metrics(fp32_queries, fp32_vectors, batches, exclude_history)}}
+    artifacts = {}
+    for dtype in cfg.quantize:
+        table = QuantizedItemTable(fp32_vectors, dtype)
+        quantized = table(torch.arange(num_items))  # (num_items, D) through FBGEMM's lookup kernel
+        file = f"item_vectors_{dtype}.npy"
+        if dtype == "int8":
+            layout = "uint8 [num_items, dim + 4]: per row dim codes, then fp16 scale and fp16 bias; value = code * " \
+                     "scale + bias (FBGEMM FloatToFusedNBitRowwiseQuantizedSBHalf)"
+            np.save(out_dir / file, torch.ops.fbgemm.FloatToFusedNBitRowwiseQuantizedSBHalf(fp32_vectors, 8).numpy())
+        else:
+            layout = "float16 [num_items, dim]"
+            np.save(out_dir / file, fp32_vectors.half().numpy())
+        artifacts[f"item_vectors_{dtype}"] = artifact_entry(out_dir, file, "quantized_item_vectors", dtype=dtype,
+                                                           shape=list(vectors.shape), layout=layout, first_id=1)
+        low = UserTower(model, tower.with_time, table_dtype=dtype)
+        path = out_dir / f"user_tower_{dtype}.pt2"
+        torch.export.save(export_tower(low, num_items), path)
+        loaded = torch.export.load(path).module()
+        queries = torch.cat([loaded(*tower_inputs(low, batch)) for batch in batches])
+        deviation = {"users": len(queries), "max_abs_diff": float((queries - fp32_queries).abs().max()),
+                     "reference": "float32 in-framework query vectors"}
+        artifacts[f"user_tower_{dtype}"] = artifact_entry(
+            out_dir, path.name, "torch_export", inputs=low.inputs, max_len=low.max_len, table_dtype=dtype,
+            output={"name": "query", "shape": ["B", int(vectors.shape[1])], "dtype": "float32"}, parity=deviation)
+        overlap = (_top10(queries, quantized)[:, :, None] == exact[:, None, :]).any(2).float().mean()
+        section[dtype] = {"table_bytes": table.nbytes, "bytes_vs_fp32": table.nbytes / section["fp32"]["table_bytes"],
+                          "recall_at_10_vs_fp32": float(overlap), "tower_max_abs_diff": deviation["max_abs_diff"],
+                          "test_metrics": _test_metrics(queries, quantized, batches, exclude_history),
+                          "artifacts": [f"item_vectors_{dtype}", f"user_tower_{dtype}"]}
+        log.info("%s item table: %d bytes (%.2fx fp32), recall@10 vs fp32 %.4f", dtype, table.nbytes,
+                 section[dtype]["bytes_vs_fp32"], float(overlap))
+    return artifacts, section
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Export the run ``cfg.run_dir`` as configured; returns the manifest."""
     if cfg.default_index not in cfg.indexes:
         raise ConfigError("default_index", f"{cfg.default_index!r} is not among indexes {list(cfg.indexes)}")
+    if not set(cfg.quantize) <= {"fp16", "int8"}:
+        raise ConfigError("quantize", f"got {list(cfg.quantize)}, expected a list of fp16 and/or int8")
     run_dir = Path(cfg.run_dir)
     allowed = TRUSTED_TARGETS + tuple(cfg.trusted_targets)
     ckpt = RunFolder.existing(run_dir).checkpoint(cfg.checkpoint)  # checked before the data loads
@@ -207,10 +277,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     batches = list(datamodule.test_dataloader())
     with torch.no_grad():
         reference = [model.user_embeddings(batch) for batch in batches]
-    towers, reason = _export_towers(UserTower(model), data.num_items, out_dir, batches, reference, cfg)
+    tower = UserTower(model, with_time=batches[0].timestamps is not None and getattr(model.encoder, "uses_time", False))
+    towers, reason = _export_towers(tower, data.num_items, out_dir, batches, reference, cfg)
     artifacts.update(towers)
     if reason:
         skipped["user_tower_onnx"] = reason
+    quantized, quantization = _export_quantized(model, tower, data.num_items, out_dir, batches, reference, vectors,
+                                                cfg, bool(train_cfg.eval.exclude_history))
+    artifacts.update(quantized)
 
     indexes = _export_indexes(vectors, torch.cat(reference).numpy(), out_dir, cfg)
     artifacts.update(indexes)
@@ -227,12 +301,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "retrieval": {"query_encoder": "user_tower", "indexes": list(indexes),
                       "default_index": f"index_{cfg.default_index}", "id_map": "item_ids",
                       "exclude_history": bool(train_cfg.eval.exclude_history)},
+        "quantization": quantization,
         "skipped": skipped,
         "versions": _versions(),
         "export_seconds": round(time.time() - started, 1),
     }
     write_manifest(out_dir, manifest)
     lines = [f"  {name:<18} {a['file']:<20} " + _detail(a) for name, a in artifacts.items()]
+    lines += [f"  {dtype:<18} item table {q['table_bytes']} bytes ({q['bytes_vs_fp32']:.2f}x), recall@10 vs fp32 "
+              f"{q['recall_at_10_vs_fp32']:.4f}, test recall@10 {q['test_metrics']['recall@10']:.4f}"
+              for dtype, q in quantization.items()]
     print(f"Exported {run_dir} ({data.num_items} items, dim {vectors.shape[1]}, {model.similarity}) to "
           f"{out_dir}:\n" + "\n".join(lines) + "".join(f"\n  skipped {k}: {v}" for k, v in skipped.items()))
     return manifest

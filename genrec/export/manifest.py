@@ -11,6 +11,9 @@ Layout (``format_version`` 1)::
                (model.kind "retrieval")
     decoding:  sid_table, id_map (artifact names), beam, top_k, constrained, exclude_history, token_layout
                (model.kind "generative": the model is served from source.checkpoint with genrec)
+    quantization: (retrieval, optional) {fp32 | fp16 | int8: table_bytes, bytes_vs_fp32, recall_at_10_vs_fp32
+               (top-10 overlap with float32 retrieval on the test users), test_metrics (genrec's evaluation with
+               that table), and for fp16/int8 tower_max_abs_diff and the artifacts written}
     skipped:   {artifact name: reason} for artifacts that could not be written here (e.g. ONNX without onnx)
     versions:  genrec, commit, python, torch, faiss, numpy (+ onnx when written)
 
@@ -20,6 +23,8 @@ Artifact kinds and their own keys:
 * ``item_vectors`` — ``shape`` ``[num_items, dim]``, ``dtype``, ``first_id`` (row ``r`` is dense ID ``first_id + r``).
 * ``torch_export`` / ``onnx`` — ``inputs``, ``output``, ``parity`` (the check against the in-framework encoder).
 * ``faiss_index`` — ``type``, ``metric``, ``dim``, ``ntotal``, ``params``, ``recall_at_10_vs_exact``.
+* ``quantized_item_vectors`` — ``dtype`` (``fp16`` | ``int8``), ``shape`` ``[num_items, dim]``, ``layout`` (how to
+  read the rows), ``first_id``.
 * ``sid_table`` — ``codebook_sizes``, ``content_hash``, ``entries``: genrec's SID table (Parquet, with the
   ``sid_table.safetensors`` beside it listed as its own artifact of the same kind).
 * ``dynamic_rows`` — ``version``, ``since`` (null: all rows; else a delta since that table version), ``rows``,
@@ -52,6 +57,7 @@ SOURCE = {"run_dir": str, "checkpoint": str, "checkpoint_sha256": str, "dataset"
 RETRIEVAL = {"query_encoder": str, "indexes": list, "default_index": str, "id_map": str, "exclude_history": bool}
 DECODING = {"sid_table": str, "id_map": str, "beam": int, "top_k": int, "constrained": bool, "exclude_history": bool,
             "token_layout": str}
+QUANTIZATION = {"table_bytes": int, "bytes_vs_fp32": float, "recall_at_10_vs_fp32": float, "test_metrics": dict}
 VERSIONS = {"genrec": str, "commit": str, "python": str, "torch": str, "faiss": str, "numpy": str}
 ARTIFACT = {"file": str, "kind": str, "sha256": str, "bytes": int}
 ARTIFACT_KINDS = {
@@ -61,6 +67,7 @@ ARTIFACT_KINDS = {
     "onnx": {"inputs": list, "output": dict, "parity": dict},
     "faiss_index": {"type": str, "metric": str, "dim": int, "ntotal": int, "params": dict,
                     "recall_at_10_vs_exact": float},
+    "quantized_item_vectors": {"dtype": str, "shape": list, "layout": str, "first_id": int},
     "sid_table": {"codebook_sizes": list, "content_hash": str, "entries": int},
     "dynamic_rows": {"version": int, "rows": int, "deleted": int, "dim": int},
 }
@@ -117,6 +124,12 @@ def validate_manifest(manifest: dict[str, Any], source: str = MANIFEST_FILE) -> 
     for name in named:
         if name not in manifest["artifacts"]:
             raise ManifestError(f"{source}: {section} names the artifact {name!r}, which artifacts does not list")
+    for dtype, figures in manifest.get("quantization", {}).items():
+        _check_section(figures, QUANTIZATION, f"quantization.{dtype}", source)
+        for name in figures.get("artifacts", []):
+            if name not in manifest["artifacts"]:
+                raise ManifestError(f"{source}: quantization.{dtype} names the artifact {name!r}, which artifacts "
+                                    "does not list")
     if kind == "retrieval" and serving["default_index"] not in serving["indexes"]:
         raise ManifestError(f"{source}: retrieval.default_index {serving['default_index']!r} is not in "
                             f"retrieval.indexes {serving['indexes']}")

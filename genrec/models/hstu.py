@@ -15,6 +15,7 @@ norm. The attention itself runs through the switch in :mod:`genrec.models.attent
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from torch import nn
 from genrec.errors import UserError
 from genrec.models.attention import RelativeBias, check_name, resolve
 from genrec.models.encoder import SequenceEncoder
+from genrec.ops.hstu import pointwise_attention, time_bucket
 from genrec.ops.jagged import JaggedLayout
 
 DENOMINATORS = ("max_len", "length")
@@ -51,11 +53,13 @@ class HSTUBlock(nn.Module):
     def _norm(self, x: torch.Tensor, norm: nn.LayerNorm | None) -> torch.Tensor:
         return norm(x) if norm is not None else F.layer_norm(x, x.shape[-1:], eps=self.eps)
 
-    def forward(self, x: torch.Tensor, layout: JaggedLayout, attend, timestamps: torch.Tensor | None,
-                query_timestamps: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
-        """``x (N, D)`` -> ``(N, D)``; ``attend`` an HSTU attention implementation (an
-        :class:`~genrec.models.attention.registry.AttentionImpl`), ``scale (B,)`` = 1 / n."""
-        n, h = len(x), self.num_heads
+    def forward(self, x: torch.Tensor, attend: Callable[..., torch.Tensor],
+                output: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """``x (*, D)`` -> ``(*, D)`` for jagged ``(N, D)`` or padded ``(B, L, D)`` states. ``attend(q, k, v, block)``
+        maps ``q, k (*, H, d_qk)``, ``v (*, H, d_v)`` to ``(*, H, d_v)`` with this block's bias weights; ``output``
+        an implementation's fused ``u * LayerNorm(a)`` (see :class:`~genrec.models.attention.registry.AttentionImpl`)
+        or ``None``."""
+        h = self.num_heads
         uvqk = self.uvqk(self._norm(x, self.input_norm))
         if self.variant == "paper":
             uvqk = F.silu(uvqk)
@@ -63,15 +67,10 @@ class HSTUBlock(nn.Module):
                                  h * self.attention_dim], dim=-1)
         if self.variant == "production":
             u, q = F.silu(u), q / math.sqrt(self.attention_dim)
-        time = self.time_bias if timestamps is not None else None
-        bias = RelativeBias(self.position_bias, time, timestamps, query_timestamps)
-        bias = bias if bias.position is not None or bias.time is not None else None
-        a = attend.fn(q.reshape(n, h, -1), k.reshape(n, h, -1), v.reshape(n, h, -1), layout, bias, scale)
-        a = a.reshape(n, -1)
-        if attend.output is not None:  # the implementation's fused u * LayerNorm(a)
+        a = attend(q.unflatten(-1, (h, -1)), k.unflatten(-1, (h, -1)), v.unflatten(-1, (h, -1)), self).flatten(-2)
+        if output is not None:  # the implementation's fused u * LayerNorm(a)
             norm = self.output_norm
-            y = attend.output(u, a, None if norm is None else norm.weight, None if norm is None else norm.bias,
-                              self.eps)
+            y = output(u, a, None if norm is None else norm.weight, None if norm is None else norm.bias, self.eps)
         else:
             y = u * self._norm(a, self.output_norm)
         return x + self.out(self.drop(y))
@@ -105,6 +104,7 @@ class HSTU(SequenceEncoder):
         if variant not in VARIANTS:
             raise UserError(f"model.encoder.variant must be one of {VARIANTS}, got {variant!r}")
         self.dim, self.max_len, self.denominator = dim, max_len, denominator
+        self.num_time_buckets = num_time_buckets
         self.attention = check_name("hstu", attention)
         self.positions = nn.Embedding(max_len, dim)
         nn.init.xavier_normal_(self.positions.weight)
@@ -112,6 +112,17 @@ class HSTU(SequenceEncoder):
         self.blocks = nn.ModuleList(
             HSTUBlock(dim, num_heads, attention_dim, hidden_dim, dropout, max_len, position_bias, time_bias,
                       num_time_buckets, variant) for _ in range(num_layers))
+
+    @property
+    def uses_time(self) -> bool:
+        """Whether the time part of the relative bias is on (it is used when a batch carries timestamps)."""
+        return self.blocks[0].time_bias is not None
+
+    def _scale(self, lengths: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` the ``1 / n`` of every sequence (see ``denominator``)."""
+        if self.denominator == "max_len":
+            return like.new_full(lengths.shape, 1.0 / self.max_len)
+        return 1.0 / lengths.to(like.dtype)
 
     def forward(self, embeddings: torch.Tensor, offsets: torch.Tensor, timestamps: torch.Tensor | None = None,
                 query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
@@ -121,12 +132,42 @@ class HSTU(SequenceEncoder):
         layout = JaggedLayout(offsets)
         if layout.max_len > self.max_len:
             raise UserError(f"a sequence has {layout.max_len} items but HSTU was built with max_len={self.max_len}")
-        attend = resolve("hstu", self.attention, embeddings)
-        if self.denominator == "max_len":
-            scale = embeddings.new_full((layout.batch_size,), 1.0 / self.max_len)
-        else:
-            scale = 1.0 / layout.lengths.to(embeddings.dtype)
+        impl = resolve("hstu", self.attention, embeddings)
+        scale = self._scale(layout.lengths, embeddings)
+
+        def attend(q, k, v, block: HSTUBlock) -> torch.Tensor:
+            time = block.time_bias if timestamps is not None else None
+            bias = RelativeBias(block.position_bias, time, timestamps, query_timestamps)
+            bias = bias if bias.position is not None or bias.time is not None else None
+            return impl.fn(q, k, v, layout, bias, scale)
+
         x = self.drop(embeddings * math.sqrt(self.dim) + self.positions(layout.index()[1]))
         for block in self.blocks:
-            x = block(x, layout, attend, timestamps, query_timestamps, scale)
+            x = block(x, attend, impl.output)
+        return x
+
+    def forward_padded(self, x: torch.Tensor, lengths: torch.Tensor, timestamps: torch.Tensor | None = None,
+                       query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, L, D)`` right-padded embeddings (oldest item at position 0, ``L <= max_len``), the real
+        ``lengths (B,)`` and, for the time bias, right-padded ``timestamps, query_timestamps (B, L)`` int64 ->
+        ``(B, L, D)`` states, through the padded reference attention: no data-dependent shape, so ``torch.export``
+        can capture it (genrec/export/tower.py). Causality keeps the padding after a sequence away from its real
+        positions, whose states equal :meth:`forward`'s."""
+        if (timestamps is None) != (query_timestamps is None):
+            raise ValueError("HSTU needs timestamps and query_timestamps together (or neither)")
+        length = x.shape[1]
+        scale = self._scale(lengths, x)
+        buckets = None
+        if timestamps is not None:  # (B, L, L): depends on the times only, shared by every layer
+            buckets = time_bucket(query_timestamps[:, :, None] - timestamps[:, None, :], self.num_time_buckets)
+
+        def attend(q, k, v, block: HSTUBlock) -> torch.Tensor:
+            time = block.time_bias if buckets is not None else None
+            rab = RelativeBias(block.position_bias, time).dense(length, buckets)
+            out = pointwise_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), rab, scale)
+            return out.transpose(1, 2)
+
+        x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:length])
+        for block in self.blocks:
+            x = block(x, attend)
         return x

@@ -1,9 +1,11 @@
 """Next-item losses over user states.
 
 A loss works in two steps so that a training step looks items up once (see ItemEmbedding.forward_with_items):
-``item_ids(positive_ids, num_items)`` names the items whose vectors it needs, the recommender looks them up with
-the input items, and ``forward(queries, positive_ids, item_ids, item_vectors)`` computes the loss. The vectors come
-from the recommender, so the similarity (dot or cosine) used to train is the one used to rank."""
+``item_ids(positive_ids, num_items)`` names the items whose vectors it needs -- or ``None`` for the whole table,
+rows ``0..num_items`` -- the recommender looks them up with the input items, and
+``forward(queries, positive_ids, item_ids, item_vectors)`` computes the loss. The vectors come from the
+recommender, so the similarity (dot or cosine) used to train is the one used to rank.
+"""
 from __future__ import annotations
 
 import torch
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from genrec.errors import UserError
+from genrec.ops.sampled_softmax import sampled_logits
 
 NEGATIVE_SOURCES = ("uniform", "in_batch", "mixed")
 
@@ -19,12 +22,20 @@ class SampledSoftmaxLoss(nn.Module):
     """Softmax over the positive and sampled negatives, with accidental hits masked.
 
     Args:
-        num_negatives: uniform negatives drawn per batch (shared by every position: one ``(R, D)`` lookup), or per
-            position with ``per_position`` (an ``(M * R, D)`` lookup, as in Meta's HSTU code).
+        num_negatives: uniform negatives drawn per batch (shared by every position), or per position with
+            ``per_position`` (as in Meta's HSTU code).
         negatives: ``"uniform"`` (from ``1..num_items``), ``"in_batch"`` (the batch's other positives, with logQ
             correction for their in-batch frequency), or ``"mixed"`` (both).
         temperature: logits are divided by it (e.g. 0.05 with cosine similarity).
         per_position: draw the uniform negatives separately for every position.
+
+    Where the vectors come from: when the whole table (``num_items + 1`` rows) is smaller than the rows the loss
+    would otherwise look up (``M`` positives + ``R`` or ``M * R`` uniform negatives + the in-batch ones),
+    :meth:`item_ids` asks for the whole table and :meth:`forward` draws the uniform negatives and gathers every
+    row it scores from it: a step then normalises ``num_items + 1`` rows (cosine similarity) instead of
+    ``M * (R + 1)``. Otherwise it names the rows, the uniform negatives drawn in :meth:`item_ids`. Either way the
+    per-position scores go through :func:`~genrec.ops.sampled_softmax.sampled_logits`, which never materialises
+    the ``(M, R, D)`` gathered rows or their gradient.
     """
 
     def __init__(self, num_negatives: int = 128, negatives: str = "uniform", temperature: float = 1.0,
@@ -35,48 +46,68 @@ class SampledSoftmaxLoss(nn.Module):
         self.num_negatives, self.negatives, self.temperature = num_negatives, negatives, temperature
         self.per_position = per_position
 
+    @property
+    def _uniform(self) -> bool:
+        return self.negatives in ("uniform", "mixed")
+
+    @property
+    def _in_batch(self) -> bool:
+        return self.negatives in ("in_batch", "mixed")
+
     def _num_uniform(self, m: int) -> int:
-        """How many uniform negatives :meth:`item_ids` draws for ``m`` positives: ``R`` or ``M * R``."""
+        """How many uniform negatives a step draws for ``m`` positives: ``R`` or ``M * R``."""
         return m * self.num_negatives if self.per_position else self.num_negatives
 
-    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
-        """``(M,)`` positives -> ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
-        position-major) uniform negatives from ``1..num_items`` and/or the ``U`` distinct positives (in-batch
-        negatives), as configured."""
+    def _draw(self, m: int, num_items: int, device: torch.device) -> torch.Tensor:
+        """``(M * R,)`` (per position, position-major) or ``(R,)`` uniform negatives from ``1..num_items``."""
+        return torch.randint(1, num_items + 1, (self._num_uniform(m),), device=device)
+
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor | None:
+        """``(M,)`` positives -> ``None`` (the whole table, when it has fewer rows than the lookup below: see the
+        class doc) or ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
+        position-major) uniform negatives and/or the ``U <= M`` distinct positives (in-batch negatives)."""
+        m = len(positive_ids)
+        if num_items + 1 < m + self._uniform * self._num_uniform(m) + self._in_batch * m:
+            return None
         parts = [positive_ids]
-        if self.negatives in ("uniform", "mixed"):
-            count = self._num_uniform(len(positive_ids))
-            parts.append(torch.randint(1, num_items + 1, (count,), device=positive_ids.device))
-        if self.negatives in ("in_batch", "mixed"):
+        if self._uniform:
+            parts.append(self._draw(m, num_items, positive_ids.device))
+        if self._in_batch:
             parts.append(torch.unique(positive_ids))
         return torch.cat(parts)
 
-    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
+    def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor | None,
                 item_vectors: torch.Tensor) -> torch.Tensor:
-        """``queries (M, D)``, ``positive_ids (M,)``, ``item_ids (C,)`` from :meth:`item_ids` and their
-        ``item_vectors (C, D)`` -> mean loss (scalar)."""
-        m = len(positive_ids)
-        pos_logits = (queries * item_vectors[:m]).sum(-1, keepdim=True)  # (M, 1)
-        neg_logits, start = [], m
-        if self.negatives in ("uniform", "mixed"):
-            count = self._num_uniform(m)
-            ids, vectors = item_ids[start:start + count], item_vectors[start:start + count]
-            start += count
-            if self.per_position:
-                ids = ids.view(m, self.num_negatives)  # (M, R)
-                logits = torch.einsum("md,mrd->mr", queries, vectors.view(m, self.num_negatives, -1))
-                hits = ids == positive_ids[:, None]
-            else:
-                logits = queries @ vectors.T  # (M, R)
-                hits = ids[None, :] == positive_ids[:, None]
-            neg_logits.append(logits.masked_fill(hits, float("-inf")))
-        if self.negatives in ("in_batch", "mixed"):
-            ids, vectors = item_ids[start:], item_vectors[start:]
-            counts = torch.unique(positive_ids, return_counts=True)[1]  # same order as ids
-            logits = queries @ vectors.T - torch.log(counts / m)[None, :]
-            neg_logits.append(logits.masked_fill(ids[None, :] == positive_ids[:, None], float("-inf")))
-        logits = torch.cat([pos_logits, *neg_logits], dim=1) / self.temperature
-        return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
+        """``queries (M, D)``, ``positive_ids (M,)``, ``item_ids`` from :meth:`item_ids` and their ``item_vectors``
+        (``(num_items + 1, D)`` for ``None``) -> mean loss (scalar)."""
+        m, device = len(positive_ids), queries.device
+        if item_ids is None:  # item_vectors[i] is item i's vector
+            uniform = self._draw(m, len(item_vectors) - 1, device) if self._uniform else None
+            in_batch = torch.unique(positive_ids) if self._in_batch else None
+            positive_rows, uniform_rows, batch_rows = positive_ids, uniform, in_batch
+        else:  # item_vectors[j] is item_ids[j]'s vector, in the layout item_ids() made
+            count = self._num_uniform(m) if self._uniform else 0
+            rows = torch.arange(len(item_ids), device=device)
+            positive_rows, uniform_rows, batch_rows = rows[:m], rows[m:m + count], rows[m + count:]
+            uniform = item_ids[m:m + count] if self._uniform else None
+            in_batch = item_ids[m + count:] if self._in_batch else None
+        if self.per_position and uniform is not None:  # one fused pass: the positive and the M x R negatives
+            uniform, uniform_rows = uniform.view(m, -1), uniform_rows.view(m, -1)
+            logits = [sampled_logits(queries, item_vectors, torch.cat([positive_rows[:, None], uniform_rows], 1))]
+            hits = [torch.cat([torch.zeros_like(uniform[:, :1], dtype=torch.bool), uniform == positive_ids[:, None]],
+                              1)]
+        else:
+            logits = [sampled_logits(queries, item_vectors, positive_rows[:, None])]  # (M, 1)
+            hits = [torch.zeros(m, 1, dtype=torch.bool, device=device)]
+            if uniform is not None:
+                logits.append(queries @ item_vectors.index_select(0, uniform_rows).T)  # (M, R)
+                hits.append(uniform[None, :] == positive_ids[:, None])
+        if in_batch is not None:
+            counts = torch.unique(positive_ids, return_counts=True)[1]  # same order as in_batch
+            logits.append(queries @ item_vectors.index_select(0, batch_rows).T - torch.log(counts / m)[None, :])
+            hits.append(in_batch[None, :] == positive_ids[:, None])
+        logits = torch.cat(logits, dim=1).masked_fill(torch.cat(hits, dim=1), float("-inf")) / self.temperature
+        return F.cross_entropy(logits, torch.zeros(m, dtype=torch.long, device=device))
 
 
 class FullSoftmaxLoss(nn.Module):

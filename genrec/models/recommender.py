@@ -45,9 +45,11 @@ class SequentialRecommender(nn.Module):
 
     def training_loss(self, batch: JaggedBatch, loss: nn.Module) -> torch.Tensor:
         """Mean next-item loss over the ``N`` positions of a training batch. The input items and the items
-        ``loss`` scores are looked up together: one call into the embedding collection per step."""
-        item_ids = loss.item_ids(batch.target_ids, self.num_items)
-        inputs, items = self.item_embedding.forward_with_items(batch.to_kjt(), item_ids)
+        ``loss`` scores (or, when it asks for ``None``, the whole table, normalised once for cosine similarity)
+        are looked up together: one call into the embedding collection per step."""
+        item_ids = loss.item_ids(batch.target_ids, self.num_items)  # None: the whole table
+        lookup = self.item_embedding.all_ids if item_ids is None else item_ids
+        inputs, items = self.item_embedding.forward_with_items(batch.to_kjt(), lookup)
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
         return loss(states, batch.target_ids, item_ids, self._norm(items))
 

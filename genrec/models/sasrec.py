@@ -85,14 +85,19 @@ class SASRec(SequenceEncoder):
         longest = int((offsets[1:] - offsets[:-1]).max())
         if longest > self.max_len:
             raise UserError(f"a sequence has {longest} items but SASRec was built with max_len={self.max_len}")
-        return padded_to_jagged(self.forward_padded(jagged_to_padded(embeddings, offsets, longest), offsets), offsets)
+        padded = jagged_to_padded(embeddings, offsets, longest)
+        return padded_to_jagged(self.forward_padded(padded, offsets[1:] - offsets[:-1]), offsets)
 
-    def forward_padded(self, x: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_padded(self, x: torch.Tensor, lengths: torch.Tensor | None = None,
+                       timestamps: torch.Tensor | None = None, query_timestamps: torch.Tensor | None = None
+                       ) -> torch.Tensor:
         """``(B, L, D)`` right-padded embeddings (oldest item at position 0, ``L <= max_len``) -> ``(B, L, D)``
         states. Real positions never see the padding after them, so ``L`` may exceed the longest sequence: the
         export wrapper (genrec/export/tower.py) pads every sequence to ``max_len`` to avoid data-dependent shapes.
-        ``offsets (B + 1,)`` give the real lengths to attention implementations that use them (flash-attn's
-        varlen kernel); without them every row counts as full, which gives real positions the same result."""
+        ``lengths (B,)`` give the real lengths to attention implementations that use them (flash-attn's varlen
+        kernel); without them every row counts as full, which gives real positions the same result. Timestamps are
+        not used by SASRec."""
+        offsets = None if lengths is None else torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
         x = self.drop(x * math.sqrt(self.dim) + self.positions.weight[:x.shape[1]])
         for block in self.blocks:
             x = block(x, offsets)

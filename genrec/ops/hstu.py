@@ -73,3 +73,43 @@ def pointwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rab: 
         scores = scores + rab[:, None]
     causal = torch.ones(q.shape[-2], q.shape[-2], device=q.device, dtype=q.dtype).tril()
     return (F.silu(scores) * scale[:, None, None, None] * causal) @ v
+
+
+class _FusedPointwiseAttention(torch.autograd.Function):
+    """:func:`pointwise_attention` with a hand-written backward that keeps one ``(G, H, L, L)`` tensor (the scores
+    before SiLU) instead of autograd's several, and a precomputed ``weight = causal · scale``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, rab, weight):
+        scores = q @ k.transpose(-1, -2)
+        if rab is not None:
+            scores += rab[:, None]
+        ctx.save_for_backward(q, k, v, scores, weight)
+        ctx.rab_shape = None if rab is None else rab.shape
+        return (F.silu(scores) * weight) @ v
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, scores, weight = ctx.saved_tensors
+        grad_v = (F.silu(scores) * weight).transpose(-1, -2) @ grad
+        grad_scores = torch.ops.aten.silu_backward((grad @ v.transpose(-1, -2)).mul_(weight), scores)
+        grad_rab = None
+        if ctx.rab_shape is not None:
+            grad_rab = grad_scores.sum(1)
+            if ctx.rab_shape[0] == 1:
+                grad_rab = grad_rab.sum(0, keepdim=True)
+        return grad_scores @ k, grad_scores.transpose(-1, -2) @ q, grad_v, grad_rab, None
+
+
+def fused_pointwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rab: torch.Tensor | None,
+                              weight: torch.Tensor) -> torch.Tensor:
+    """:func:`pointwise_attention` given ``weight (G, 1, L, L)`` = the causal 0/1 mask times each sequence's scale
+    (:func:`causal_weight`, computed once for all layers); same shapes and result, less memory and fewer passes
+    over the ``(G, H, L, L)`` scores."""
+    return _FusedPointwiseAttention.apply(q, k, v, rab, weight)
+
+
+def causal_weight(scale: torch.Tensor, length: int) -> torch.Tensor:
+    """``(G, 1, L, L)``: ``scale[g]`` on and below the diagonal, 0 above; ``scale (G,)``."""
+    causal = torch.ones(length, length, device=scale.device, dtype=scale.dtype).tril()
+    return scale[:, None, None, None] * causal

@@ -1,16 +1,22 @@
-"""genrec-export refuses a tower that fails its parity check and a config naming a missing index."""
+"""genrec-export refuses a tower that fails its parity check and a config naming a missing index; its quantised
+tables report memory and retrieval against float32; an HSTU run exports with its time inputs."""
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from genrec import train as train_entry
+from genrec.conf import CONF_DIR
 from genrec.errors import ConfigError
 from genrec.export import cli
 from genrec.export.tower import export_tower
+from tests.conftest import TINY_RUN
 from tests.export.conftest import export_config
 
 
 def test_a_failed_parity_check_stops_the_export_before_the_manifest(tiny_run, tmp_path, monkeypatch):
     def drifted(tower, num_items):  # an exported tower whose item table is slightly off
-        tower.item_table += 1e-2 * torch.randn_like(tower.item_table)  # (a constant shift would cancel in LayerNorm)
+        weight = tower.items.weight  # (a constant shift would cancel in LayerNorm)
+        weight.data += 1e-2 * torch.randn_like(weight)
         return export_tower(tower, num_items)
 
     monkeypatch.setattr(cli, "export_tower", drifted)
@@ -26,3 +32,39 @@ def test_default_index_must_be_exported(tiny_run, tmp_path):
     cfg = export_config(tiny_run[0], tmp_path / "export", "~indexes.hnsw")
     with pytest.raises(ConfigError, match=r"default_index: 'hnsw' is not among indexes \['flat', 'ivfpq'\]"):
         cli.run(cfg)
+
+
+def test_quantized_tables_report_their_memory_and_retrieval(exported, tiny_run):
+    _, manifest = exported
+    figures = manifest["quantization"]
+    # float32 through the export's evaluation is the run's own test result
+    assert figures["fp32"]["test_metrics"] == pytest.approx(tiny_run[1]["metrics"]["test"], abs=1e-6)
+    rows, dim = manifest["artifacts"]["item_vectors"]["shape"]
+    assert figures["fp16"]["table_bytes"] >= rows * dim * 2 and figures["fp16"]["bytes_vs_fp32"] < 0.55
+    assert figures["int8"]["table_bytes"] >= rows * (dim + 4) and figures["int8"]["bytes_vs_fp32"] < 0.5
+    assert figures["fp16"]["recall_at_10_vs_fp32"] > 0.95 and figures["int8"]["recall_at_10_vs_fp32"] > 0.8
+    for dtype in ("fp16", "int8"):
+        assert figures[dtype]["tower_max_abs_diff"] < 0.1
+        assert {"item_vectors_" + dtype, "user_tower_" + dtype} <= set(manifest["artifacts"])
+
+
+def test_a_quantize_entry_other_than_fp16_or_int8_is_refused(tiny_run, tmp_path):
+    cfg = export_config(tiny_run[0], tmp_path / "export", "quantize=[int4]")
+    with pytest.raises(ConfigError, match=r"quantize: got \['int4'\], expected a list of fp16 and/or int8"):
+        cli.run(cfg)
+
+
+@pytest.mark.slow  # trains an HSTU run (~30 s on 2 shared cores)
+def test_an_hstu_run_exports_with_time_and_passes_parity(tmp_path_factory):
+    """HSTU with its time bias: the tower takes times, and reloaded it matches genrec on every test user."""
+    tmp = tmp_path_factory.mktemp("hstu_run")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=TINY_RUN + ["model=hstu", "model.encoder.num_layers=1",
+                                                     f"data.cache_dir={tmp / 'cache'}"])
+    train_entry.run(cfg, tmp / "run")
+    manifest = cli.run(export_config(tmp / "run", tmp / "export", "quantize=[int8]", "~indexes.ivfpq",
+                                  "onnx=false"))  # (ONNX with time: tests/export/test_tower.py)
+    tower = manifest["artifacts"]["user_tower"]
+    assert [i["name"] for i in tower["inputs"]] == ["item_ids", "offsets", "timestamps", "query_time"]
+    assert tower["parity"]["passed"] and tower["parity"]["users"] == manifest["source"]["dataset"]["users"]
+    assert manifest["quantization"]["int8"]["recall_at_10_vs_fp32"] > 0.8

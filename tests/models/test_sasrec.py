@@ -71,7 +71,7 @@ def test_score_all_equals_explicit_products(similarity):
 
 def _loss(loss_fn, q, pos, model):
     ids = loss_fn.item_ids(pos, model.num_items)
-    return loss_fn(q, pos, ids, model.item_vectors(ids))
+    return loss_fn(q, pos, ids, model.all_item_vectors() if ids is None else model.item_vectors(ids))
 
 
 def test_full_softmax_equals_cross_entropy_over_items():

@@ -7,7 +7,9 @@ Two implementations:
   test oracle, and the baseline of ``scripts/bench_hstu.py``.
 * ``"jagged"`` sorts the sequences by length and computes groups of similar length, each padded only to its own
   longest (groups chosen by :func:`length_groups`), so the work follows ``sum_i n_i²`` rather than
-  ``B · max_i n_i²``. It gives the same result as ``"padded"``.
+  ``B · max_i n_i²``. It gives the same result as ``"padded"``, through
+  :func:`~genrec.ops.hstu.fused_pointwise_attention` (a hand-written backward that keeps one ``(G, H, L, L)``
+  tensor per group and layer, and the causal mask times the scale computed once per batch for all layers).
 
 Both take the bias as its inputs (:class:`~genrec.ops.hstu.RelativeBias`) rather than as a dense matrix, so a fused
 kernel can build it in place, and share :func:`~genrec.ops.hstu.pointwise_attention`. Padding uses fbgemm's
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 
 from genrec.models.attention.registry import register
-from genrec.ops.hstu import RelativeBias, pointwise_attention
+from genrec.ops.hstu import RelativeBias, causal_weight, fused_pointwise_attention, pointwise_attention
 from genrec.ops.jagged import JaggedLayout
 
 #: fixed cost of one length group of the jagged path, in attention-score elements: a group of G sequences padded
@@ -146,7 +148,8 @@ def jagged_hstu_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lay
                 buckets = layout.memo(("rab_time_buckets", i), lambda: bias.time_buckets(g.starts, g.length))
             rab = bias.dense(g.length, buckets)
         gq, gk, gv = (_to_padded(t[i], g.offsets, g.length) for t in (q, k, v))
-        parts.append(_to_jagged(pointwise_attention(gq, gk, gv, rab, scale[g.seqs]), g.offsets))
+        weight = layout.memo(("causal_weight", i), lambda: causal_weight(scale[g.seqs], g.length))
+        parts.append(_to_jagged(fused_pointwise_attention(gq, gk, gv, rab, weight), g.offsets))
     return _Permute.apply(torch.cat(parts), plan.inverse, plan.order)
 
 
