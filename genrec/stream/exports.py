@@ -68,13 +68,19 @@ class ExportedItems(nn.Module):
 
 
 def check_exportable(learner: Learner, every_events: int, every_seconds: int) -> None:
-    """Hot exports need a tower genrec can export and one default row: raise ConfigError otherwise."""
+    """Hot exports need a tower genrec can export without time inputs and one default row: raise ConfigError
+    otherwise."""
     if not (every_events or every_seconds):
         return
     if not hasattr(learner.model.encoder, "forward_padded"):
         raise ConfigError("export.every_events", f"hot exports write a user tower, which genrec exports for encoders "
                                                  f"with forward_padded (SASRec); {type(learner.model.encoder).__name__}"
                                                  " has none: set export.every_events=0 export.every_seconds=0")
+    if getattr(learner.model.encoder, "uses_time", False):
+        raise ConfigError("export.every_events", "hot exports write a user tower over item IDs alone, and this "
+                                                 f"{type(learner.model.encoder).__name__} uses the time bias: set "
+                                                 "model.encoder.time_bias=false, or export.every_events=0 "
+                                                 "export.every_seconds=0")
     if learner.table.config.default.kind == "hashed":
         raise ConfigError("model.embedding.default.kind", "hot exports give items without a row one default row; "
                                                           "use zeros or unknown, not hashed")
