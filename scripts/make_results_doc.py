@@ -1010,8 +1010,7 @@ def _dynamic_prefetch(r: dict) -> list[str]:
     else:
         how = ("its loops in compiled kernels that release the interpreter lock (`_numpy`: the same mapping in numpy)"
                if p.get("compiled_kernels") else "in numpy, which holds the interpreter lock")
-        out += ["", f"The prefetcher maps in a Python thread, {how}; the mapping and the training step share two "
-                "cores busy with other jobs, so the mapping does not run beside the step "
+        out += ["", f"The prefetcher maps the next batch in a Python thread, {how}, while the training step runs "
                 "(docs/DYNAMIC_EMBEDDINGS.md)."]
     return out + [""]
 
