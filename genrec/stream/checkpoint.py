@@ -24,27 +24,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from genrec.embedding.dynamic.checkpoint import fsync_dir, fsync_tree
+
 PREFIX = "step-"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(path: Path) -> None:
-    """fsync every file and folder under ``path``."""
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
 
 
 def write_json_durably(path: Path, payload: dict) -> None:

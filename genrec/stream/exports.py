@@ -40,6 +40,7 @@ from torch import nn
 
 import genrec
 from genrec.data.batch import JaggedBatch
+from genrec.embedding.dynamic.checkpoint import fsync_dir, fsync_tree
 from genrec.embedding.dynamic.export import export_rows, read_export
 from genrec.errors import ConfigError
 from genrec.export.index import build_index, exact_top_k, recall_at_k
@@ -47,7 +48,6 @@ from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifa
 from genrec.export.tower import TOWER_INPUTS, UserTower, export_tower
 from genrec.models.recommender import SequentialRecommender
 from genrec.runs import file_digest
-from genrec.stream.checkpoint import fsync_dir, fsync_tree
 from genrec.stream.hooks import pause_point
 from genrec.stream.learner import Learner
 from genrec.utils.provenance import git_commit

@@ -58,12 +58,12 @@ def save_checkpoint(tables: dict[str, DynamicTable], path: str | Path, barrier: 
         save_shard(table, tmp / name / f"rank{table.rank}")
     barrier()
     if is_rank_zero:
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.rename(path, old)
         os.rename(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         shutil.rmtree(old, ignore_errors=True)
     barrier()
 
@@ -101,7 +101,7 @@ def save_shard(table: DynamicTable, folder: Path) -> None:
         if table.store is not None:
             table.write_back.flush()
             table.store.checkpoint(folder / STORE_DIR)
-            _fsync_tree(folder / STORE_DIR)
+            fsync_tree(folder / STORE_DIR)
 
 
 def load_checkpoint(tables: dict[str, DynamicTable], path: str | Path) -> None:
@@ -225,7 +225,8 @@ def _write_text(path: Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder (its entries: a rename or a new file in it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -233,7 +234,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(path: Path) -> None:
+def fsync_tree(path: Path) -> None:
+    """fsync every file and folder under ``path``."""
     for root, _, files in os.walk(path):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
@@ -241,4 +243,4 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(root))
+        fsync_dir(Path(root))
