@@ -8,6 +8,7 @@ it reads before doing anything expensive, so a user error costs seconds, not a d
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from genrec.errors import UserError
@@ -26,6 +27,16 @@ def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
         message = " ".join(str(err).split())  # one line, whatever the message
         print(f"{prog}: error: {message}", file=sys.stderr)
         sys.exit(USER_ERROR_STATUS)
+
+
+def continue_in_run_folder(prog: str, resume_folder: Callable[[str], Path]) -> None:
+    """``resume_from=<run>`` on the command line without ``hydra.run.dir``: append ``hydra.run.dir=<that run's
+    folder>`` to ``sys.argv`` so that Hydra continues in it (``resume_folder(resume_from)`` finds it; its
+    :class:`UserError` ends the process as :func:`run_cli` does)."""
+    args = sys.argv[1:]
+    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume_from=")), None)
+    if resume and not any(a.startswith("hydra.run.dir=") for a in args):
+        sys.argv.append(f"hydra.run.dir={run_cli(prog, resume_folder, resume)}")
 
 
 def metric_columns(ks: list[int] | tuple[int, ...]) -> list[str]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class UserError(ValueError):
@@ -35,3 +38,12 @@ class ConfigError(UserError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(f"{key}: {message}")
+
+
+def settings_from(cls: type[T], values: dict[str, Any], key: str) -> T:
+    """``cls(**values)`` for a settings dataclass read from the config node ``key``: an unknown or missing field is
+    a :class:`ConfigError` naming ``key``."""
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise ConfigError(key, str(err)) from None

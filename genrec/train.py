@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import format_table, metric_columns, run_cli
+from genrec.cli import continue_in_run_folder, format_table, metric_columns, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.dist import TorchRecStrategy
 from genrec.dist.checkpoint import read_meta
@@ -244,11 +243,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
-    args = sys.argv[1:]
-    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume_from=")), None)
-    if resume and not any(a.startswith("hydra.run.dir=") for a in args):
-        folder, _ = run_cli(PROG, resume_point, resume)
-        sys.argv.append(f"hydra.run.dir={folder}")
+    continue_in_run_folder(PROG, lambda resume: resume_point(resume)[0])
     _hydra_main()
 
 

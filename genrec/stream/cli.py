@@ -12,7 +12,6 @@ holds a run.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import format_table, run_cli
+from genrec.cli import continue_in_run_folder, format_table, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.errors import ConfigError, UserError
 from genrec.models.recommender import SequentialRecommender
@@ -149,11 +148,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
-    args = sys.argv[1:]
-    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume_from=")), None)
-    if resume and not any(a.startswith("hydra.run.dir=") for a in args):
-        folder = run_cli(PROG, resume_folder, resume)
-        sys.argv.append(f"hydra.run.dir={folder}")
+    continue_in_run_folder(PROG, resume_folder)
     _hydra_main()
 
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from genrec.data.batch import JaggedBatch, TrainSequences, collate
 from genrec.data.schema import SequenceData
-from genrec.errors import ConfigError
+from genrec.errors import ConfigError, settings_from
 from genrec.eval.baselines import item_popularity
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import LOSSES, preference_loss
@@ -65,10 +65,7 @@ class AlignConfig:
             return None
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("name", None)
-        try:
-            config = cls(**values)
-        except TypeError as err:
-            raise ConfigError("align", str(err)) from None
+        config = settings_from(cls, values, "align")
         if config.loss not in LOSSES:
             raise ConfigError("align.loss", f"got {config.loss!r}, expected none or one of {LOSSES}")
         if config.negatives not in NEGATIVE_SOURCES:

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.batch import JaggedBatch
-from genrec.errors import ConfigError
+from genrec.errors import ConfigError, settings_from
 from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.recommender import SequentialRecommender
@@ -46,10 +46,7 @@ class DistillConfig:
             return None
         values = OmegaConf.to_container(node, resolve=True)
         values.pop("name", None)
-        try:
-            config = cls(**values)
-        except TypeError as err:
-            raise ConfigError("distill", str(err)) from None
+        config = settings_from(cls, values, "distill")
         if config.weight < 0:
             raise ConfigError("distill.weight", f"got {config.weight}, expected a value >= 0")
         if config.top_k < 1:

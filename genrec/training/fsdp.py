@@ -26,7 +26,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from genrec.errors import ConfigError
+from genrec.errors import ConfigError, settings_from
 
 #: the generator methods the tasks call (each gathers the root unit's parameters like a forward)
 FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "generate")
@@ -51,10 +51,7 @@ class FSDPConfig:
     @classmethod
     def from_config(cls, node: DictConfig | None) -> "FSDPConfig":
         values = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-        try:
-            return cls(**values)
-        except TypeError as err:
-            raise ConfigError("fsdp", str(err)) from None
+        return settings_from(cls, values, "fsdp")
 
 
 class FSDPStrategy(ModelParallelStrategy):
