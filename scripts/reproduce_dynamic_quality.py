@@ -443,7 +443,8 @@ def main() -> None:
     if args.part in ("new_items", "all"):
         sizes = {"q1": 0.7, "q2": 0.85, "train_epochs": 2 if args.quick else args.train_epochs, "batch_size": 128,
                  "adapt_epochs": 1, "adapt_batch_size": 32}
-        results["new_items"] = {"sizes": sizes, "runs": [run_new_items(s, sizes) for s in args.seeds]}
+        results["new_items"] = {"sizes": sizes, "runs": [run_new_items(s, sizes) for s in args.seeds],
+                                "commit": provenance()["commit"]}
     write_json(out_path, {**results, **provenance()})
     log(f"wrote {out_path}")
 
