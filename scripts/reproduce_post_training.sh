@@ -13,7 +13,7 @@
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
 # The recorded results (docs/results.md) were cut to the time left on a shared 2-core machine: SFT_EPOCHS=8
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
-# overrides as below, one process each); LLM arms with SFT_EPOCHS=5, full fine-tuning only (LoRA did not finish).
+# overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with resume_from in a later session).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
