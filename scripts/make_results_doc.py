@@ -244,7 +244,7 @@ POST_NOTES = [
     "(standard error above); it also beats the GPT-stack SFT runs, which differ in the stack (dropout 0.1, learned "
     "positions, GELU vs llama's RMSNorm, rotary positions, SwiGLU, no dropout), not only in the epochs. LoRA on the same "
     "random base (rank-8 adapters + the SID token rows: 14,656 trainable parameters of 216,512, 7%), same data, SIDs "
-    "and epochs (stopped after epoch 1 in an earlier session, resumed exactly from its last checkpoint), reaches "
+    "and epochs (stopped after epoch 1 in an earlier session, resumed from its last checkpoint at a later commit), reaches "
     "NDCG@10 0.1003 against full fine-tuning's 0.1164 (-14%; one seed), below the best baseline (transitions_last3_skip, 0.1155). On a "
     "random base the adapters have no pretrained knowledge to steer, so this measures what LoRA's capacity costs, "
     "not what it costs on a pretrained LLM (no weights can be downloaded here).", ""]
