@@ -11,11 +11,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences, collate
-from genrec.dist.pipeline import IndexedExamples, SparseCollate
 from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
+from genrec.dist.pipeline import IndexedExamples, SparseCollate
 from genrec.errors import UserError
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")

@@ -133,6 +133,11 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
     for key, given in (("sharding.tables", cfg.tables), ("sharding.constraints", cfg.constraints)):
         if set(given) - names:
             raise UserError(f"{key} names unknown tables {sorted(set(given) - names)}; tables: {sorted(names)}")
+    for ec in collections.values():
+        for table in ec.embedding_configs():
+            if table.embedding_dim % 4:
+                raise UserError(f"sharding: table {table.name!r} has dim {table.embedding_dim}; FBGEMM's fused "
+                                f"kernels need a multiple of 4 (e.g. model.dim={table.embedding_dim // 4 * 4})")
     if cfg.type == "planner":
         return _planner_plan(module, cfg, sharder, world_size, local_world_size, device_type)
     plan, index = {}, 0
@@ -148,6 +153,10 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
                 if table.embedding_dim % world_size:
                     raise UserError(f"sharding column_wise: table {table.name!r} has dim {table.embedding_dim}, "
                                     f"not divisible by the {world_size} processes")
+                if table.embedding_dim // world_size % 4:
+                    raise UserError(f"sharding column_wise: table {table.name!r} would have shards "
+                                    f"{table.embedding_dim // world_size} wide; FBGEMM's fused kernels need a "
+                                    "multiple of 4")
                 per_table[table.name] = column_wise(ranks=list(range(world_size)), compute_kernel=FUSED)
             index += 1
         plan[path] = construct_module_sharding_plan(ec, per_table, sharder=sharder, local_size=local_world_size,

@@ -68,7 +68,6 @@ def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | 
     return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
 
 
-
 def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None) -> GenerativeTask:
     m = cfg.model
     if item_raw_ids is None or len(item_raw_ids) != num_items + 1:

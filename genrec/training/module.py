@@ -88,7 +88,8 @@ class PipelinedRetrievalTask(RetrievalTask):
     The pipeline runs forward, backward and the optimizer step itself, so this task optimises manually: each
     :meth:`training_step` gets Lightning's batch iterator (its ``dataloader_iter`` form) and trains exactly one
     batch, except the epoch's last call, which also trains the batches the pipeline holds ahead (Lightning ends
-    the epoch once its loader is used up). Batches are :class:`~genrec.dist.pipeline.SparseBatch` from the data
+    the epoch once its loader is used up); validation and the end of training detach the pipeline from the
+    model. Batches are :class:`~genrec.dist.pipeline.SparseBatch` from the data
     module's pipelined collation (:meth:`sparse_collate`). Gradients of the dense part are clipped here, by norm,
     at ``gradient_clip_val`` (Lightning clips only automatic optimization).
 
@@ -139,7 +140,6 @@ class PipelinedRetrievalTask(RetrievalTask):
                     break
                 # Lightning counts one logged step per call; the loggers' step stays the optimizer step count
                 self.trainer.fit_loop.epoch_loop._batches_that_stepped += 1
-            self._pipeline.detach()  # evaluation looks the table up outside the pipeline
 
     def _train(self, output: StepOutput) -> None:
         """After one optimizer step: the learning-rate schedule's step, the loss logged."""
@@ -148,6 +148,18 @@ class PipelinedRetrievalTask(RetrievalTask):
             scheduler.step()
         self.log("train/loss", output.loss, prog_bar=True, on_step=True, on_epoch=True,
                  batch_size=output.batch_size, sync_dist=True)
+
+    def _detach(self) -> None:
+        """The sharded collection's own forward back (evaluation looks the table up outside the pipeline); the next
+        ``progress`` rewires it (TorchRec keeps batches in flight across a detach)."""
+        if self._pipeline is not None:
+            self._pipeline.detach()
+
+    def on_validation_start(self) -> None:
+        self._detach()
+
+    def on_train_end(self) -> None:
+        self._detach()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.gradient_clip_val is not None:
