@@ -11,9 +11,9 @@ negatives come from a generator seeded by the run's seed and the batch's example
 same negatives however many batches the pipeline holds ahead, in any worker, after a resume, and at any process
 count. The step (``RetrievalTask.forward`` on a SparseBatch) then looks the KJT up and calls :func:`sparse_step`.
 
-On one host with gloo on CPU the pipeline has no CUDA streams to overlap on: the input distribution of batch
-``i + 1`` is issued (as gloo calls) between the forward and the backward of batch ``i``; scripts/bench_pipeline.py
-measures what that gives.
+On CPU the pipeline has no CUDA streams: the input distribution of batch ``i + 1`` is started before the forward
+of batch ``i`` and finished after it, as asynchronous gloo all-to-alls (gloo's own threads); on 2 shared cores
+that gave no measurable speed-up (scripts/bench_pipeline.py, docs/results.md).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from torchrec.streamable import Pipelineable
 from genrec.data.batch import JaggedBatch, collate
 from genrec.embedding.item_embedding import lookup_features
 from genrec.embedding.tables import TableConfig, checked_ids
+
 
 @dataclass
 class SparseBatch(Pipelineable):
