@@ -116,9 +116,13 @@ class PipelinedRetrievalTask(RetrievalTask):
         return SparseCollate(self.loss, self.model.item_embedding.tables.configs[0], self.seed)
 
     def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
         datamodule = self.trainer.datamodule
-        if datamodule is not None:
-            datamodule.train_collate = self.sparse_collate()
+        if not hasattr(datamodule, "train_collate"):
+            raise TypeError("the pipelined task trains from genrec's SequenceDataModule (its loader builds the "
+                            f"SparseBatches), got {type(datamodule).__name__}")
+        datamodule.train_collate = self.sparse_collate()
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Nothing: the pipelined path serves static tables only (no event time to pass on)."""
