@@ -1,7 +1,7 @@
 """The LightningDataModule: reader config -> cached :class:`SequenceData` -> jagged train/valid/test loaders."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import lightning as L
 import numpy as np
@@ -15,6 +15,7 @@ from genrec.data.cache import load_or_build
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
+from genrec.dist.pipeline import IndexedExamples, SparseCollate
 from genrec.errors import UserError
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")
@@ -77,6 +78,8 @@ class SequenceDataModule(L.LightningDataModule):
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.data: SequenceData | None = None
+        #: the training loader's collation into genrec.dist.pipeline's SparseBatches (set by a pipelined task)
+        self.train_collate: SparseCollate | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
@@ -85,10 +88,11 @@ class SequenceDataModule(L.LightningDataModule):
     def _rank_and_world(self) -> tuple[int, int]:
         return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
 
-    def _loader(self, dataset, batch_sampler, generator: torch.Generator | None = None) -> DataLoader:
+    def _loader(self, dataset, batch_sampler, generator: torch.Generator | None = None,
+                collate_fn: Callable = collate) -> DataLoader:
         # every loader has its own generator: creating an iterator then draws its worker seed from it, not from the
         # global random state that dropout and negative sampling use (a resumed run restores that state)
-        return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate, num_workers=self.num_workers,
+        return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0, generator=generator or torch.Generator())
 
     def train_dataloader(self) -> DataLoader:
@@ -96,6 +100,8 @@ class SequenceDataModule(L.LightningDataModule):
         rank, world = self._rank_and_world()
         sampler = TrainBatchSampler(len(dataset), self.batch_size, self.seed, rank, world,
                                     dataset.lengths if self.bucket_by_length else None)
+        if self.train_collate is not None:
+            return self._loader(IndexedExamples(dataset), sampler, sampler.generator, self.train_collate)
         return self._loader(dataset, sampler, sampler.generator)
 
     def eval_dataloader(self, split: str, rank: int = 0, world: int = 1) -> DataLoader:

@@ -27,9 +27,11 @@ from torchrec.distributed.sharding_plan import (
 )
 from torchrec.distributed.types import ShardingPlan
 
-from genrec.errors import UserError
+from genrec.errors import ConfigError, UserError
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise")
+#: ``sharding.pipeline``: the plain step, or TorchRec's TrainPipelineSparseDist (genrec.dist.pipeline)
+PIPELINES = ("none", "sparse_dist")
 FUSED = "fused"
 
 #: fused optimizers by config name, and the 32-bit state each keeps per row and per element of a table
@@ -69,7 +71,9 @@ class SparseOptimizerConfig:
 
 @dataclass
 class ShardingConfig:
-    """The ``sharding`` config group. ``type=None`` means no sharding (plain one-process / DDP training)."""
+    """The ``sharding`` config group. ``type=None`` means no sharding (plain one-process / DDP training);
+    ``pipeline``: ``none`` (the plain step) or ``sparse_dist`` (TorchRec's TrainPipelineSparseDist, see
+    :mod:`genrec.dist.pipeline`)."""
 
     type: str | None = None
     tables: dict[str, str] = field(default_factory=dict)
@@ -77,11 +81,12 @@ class ShardingConfig:
     topology: dict[str, Any] = field(default_factory=dict)
     constraints: dict[str, dict[str, Any]] = field(default_factory=dict)
     backend: str | None = None
+    pipeline: str = "none"
 
     @classmethod
     def from_config(cls, cfg: DictConfig | dict) -> "ShardingConfig":
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        unknown = set(raw) - {"type", "tables", "optimizer", "topology", "constraints", "backend"}
+        unknown = set(raw) - {"type", "tables", "optimizer", "topology", "constraints", "backend", "pipeline"}
         if unknown:
             raise UserError(f"unknown sharding keys {sorted(unknown)}")
         optimizer = SparseOptimizerConfig(**{k: tuple(v) if k == "betas" else v
@@ -92,11 +97,21 @@ class ShardingConfig:
             if kind is not None and kind not in allowed:
                 raise UserError(f"{key} must be one of {allowed}, got {kind!r} (table_row_wise and data_parallel are "
                                 "not supported for EmbeddingCollection tables)")
+        if out.pipeline not in PIPELINES:
+            raise ConfigError("sharding.pipeline", f"must be one of {PIPELINES}, got {out.pipeline!r}")
+        if out.pipelined and not out.enabled:
+            raise ConfigError("sharding.pipeline", "sparse_dist pipelines the input of sharded tables: choose a "
+                                                   "sharding (e.g. sharding=row_wise), or leave the pipeline at none")
         return out
 
     @property
     def enabled(self) -> bool:
         return self.type is not None
+
+    @property
+    def pipelined(self) -> bool:
+        """Train through TorchRec's TrainPipelineSparseDist (genrec.dist.pipeline)."""
+        return self.pipeline == "sparse_dist"
 
     def sharder(self, device_type: str) -> EmbeddingCollectionSharder:
         return EmbeddingCollectionSharder(fused_params=self.optimizer.fused_params(device_type))
@@ -118,6 +133,11 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
     for key, given in (("sharding.tables", cfg.tables), ("sharding.constraints", cfg.constraints)):
         if set(given) - names:
             raise UserError(f"{key} names unknown tables {sorted(set(given) - names)}; tables: {sorted(names)}")
+    for ec in collections.values():
+        for table in ec.embedding_configs():
+            if table.embedding_dim % 4:
+                raise UserError(f"sharding: table {table.name!r} has dim {table.embedding_dim}; FBGEMM's fused "
+                                f"kernels need a multiple of 4 (e.g. model.dim={table.embedding_dim // 4 * 4})")
     if cfg.type == "planner":
         return _planner_plan(module, cfg, sharder, world_size, local_world_size, device_type)
     plan, index = {}, 0
@@ -133,6 +153,10 @@ def build_plan(module: nn.Module, cfg: ShardingConfig, sharder: EmbeddingCollect
                 if table.embedding_dim % world_size:
                     raise UserError(f"sharding column_wise: table {table.name!r} has dim {table.embedding_dim}, "
                                     f"not divisible by the {world_size} processes")
+                if table.embedding_dim // world_size % 4:
+                    raise UserError(f"sharding column_wise: table {table.name!r} would have shards "
+                                    f"{table.embedding_dim // world_size} wide; FBGEMM's fused kernels need a "
+                                    "multiple of 4")
                 per_table[table.name] = column_wise(ranks=list(range(world_size)), compute_kernel=FUSED)
             index += 1
         plan[path] = construct_module_sharding_plan(ec, per_table, sharder=sharder, local_size=local_world_size,

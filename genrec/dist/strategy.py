@@ -88,6 +88,14 @@ class TorchRecStrategy(DDPStrategy):
             self.model = self.lightning_module  # evaluation needs no gradient averaging
         self.setup_precision_plugin()
 
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """A task that runs the DistributedModelParallel itself (``drives_model``: TorchRec's pipeline, see
+        :mod:`genrec.dist.pipeline`) gets its ``training_step`` called directly; any other goes through the DMP."""
+        if getattr(self.lightning_module, "drives_model", False):
+            with self.precision_plugin.train_step_context():
+                return self.lightning_module.training_step(*args, **kwargs)
+        return super().training_step(*args, **kwargs)
+
     def teardown(self) -> None:
         """Lightning's teardown minus moving the module (and optimizer state) to the CPU: TorchRec's sharded
         modules keep views of their weights, so the module stays where its shards live for the strategy's life

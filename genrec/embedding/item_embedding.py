@@ -16,6 +16,20 @@ from genrec.data.batch import ITEM_FEATURE
 from genrec.embedding.tables import EmbeddingTables, TableConfig
 
 
+def lookup_features(feature: str, values: torch.Tensor, lengths: torch.Tensor, item_ids: torch.Tensor
+                    ) -> KeyedJaggedTensor:
+    """What one lookup of the item table reads: the input items ``values (N,)`` jagged by ``lengths (B,)`` under
+    ``feature``, and ``item_ids (*,)`` as the first bag of ``<feature>_candidates`` (the other ``B - 1`` bags
+    empty)."""
+    stride = max(len(lengths), 1)
+    lengths = lengths if len(lengths) else lengths.new_zeros(1)
+    candidate_lengths = lengths.new_zeros(stride)
+    candidate_lengths[0] = item_ids.numel()
+    return KeyedJaggedTensor.from_lengths_sync(keys=[feature, f"{feature}_candidates"],
+                                               values=torch.cat([values, item_ids.reshape(-1)]),
+                                               lengths=torch.cat([lengths, candidate_lengths]))
+
+
 class ItemEmbedding(nn.Module):
     """One table of ``num_items + 1`` rows (row 0 is padding and is never looked up by jagged inputs).
 
@@ -37,22 +51,12 @@ class ItemEmbedding(nn.Module):
                                                    init_std, out_of_range)], device=device)
         self.register_buffer("all_ids", torch.arange(num_items + 1, device=device), persistent=False)
 
-    def _features(self, values: torch.Tensor, lengths: torch.Tensor, item_ids: torch.Tensor) -> KeyedJaggedTensor:
-        """Input items jagged by ``lengths (B,)`` plus ``item_ids`` as the first bag of the candidates feature."""
-        stride = max(len(lengths), 1)
-        lengths = lengths if len(lengths) else lengths.new_zeros(1)
-        candidate_lengths = lengths.new_zeros(stride)
-        candidate_lengths[0] = item_ids.numel()
-        return KeyedJaggedTensor.from_lengths_sync(keys=[self.feature, self.candidates],
-                                                   values=torch.cat([values, item_ids.reshape(-1)]),
-                                                   lengths=torch.cat([lengths, candidate_lengths]))
-
     def forward_with_items(self, features: KeyedJaggedTensor, item_ids: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """One lookup of the inputs ``features[feature]`` (``N`` values) and of ``item_ids (*,)``
         -> ``((N, D), (*, D))``."""
         inputs = features[self.feature]
-        out = self.tables(self._features(inputs.values(), inputs.lengths(), item_ids))
+        out = self.tables(lookup_features(self.feature, inputs.values(), inputs.lengths(), item_ids))
         return out[self.feature], out[self.candidates].reshape(*item_ids.shape, self.dim)
 
     def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
@@ -63,7 +67,8 @@ class ItemEmbedding(nn.Module):
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Dense lookup: ``(*,)`` int64 IDs -> ``(*, D)``."""
         empty = ids.new_zeros(0)
-        return self.tables(self._features(empty, empty, ids))[self.candidates].reshape(*ids.shape, self.dim)
+        looked_up = self.tables(lookup_features(self.feature, empty, empty, ids))
+        return looked_up[self.candidates].reshape(*ids.shape, self.dim)
 
     def table(self) -> torch.Tensor:
         """The whole table ``(num_items + 1, D)`` for full-corpus scoring: the weight itself when this process

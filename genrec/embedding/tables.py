@@ -53,6 +53,34 @@ class TableConfig:
                             f"got {self.out_of_range!r}")
 
 
+def _checked_values(table: TableConfig, feature: str, ids: torch.Tensor) -> torch.Tensor:
+    if ids.numel() == 0:
+        return ids
+    low, high = int(ids.min()), int(ids.max())
+    if 0 <= low and high < table.num_embeddings:
+        return ids
+    if table.out_of_range == "hash":
+        return torch.remainder(ids, table.num_embeddings)
+    raise UserError(f"feature {feature!r}: IDs must lie in [0, {table.num_embeddings}) (table {table.name!r}), "
+                    f"got values in [{low}, {high}]")
+
+
+def checked_ids(features: KeyedJaggedTensor, tables: tuple[TableConfig, ...]) -> KeyedJaggedTensor:
+    """``features`` with exactly the keys the ``tables`` serve, in that order (a sharded collection distributes
+    its input by key position), every ID checked against its table: an ID outside ``[0, num_embeddings)`` raises
+    a :class:`UserError` naming the feature, or is hashed (``out_of_range="hash"``). Returns ``features`` itself
+    when no ID was hashed."""
+    names = [f for t in tables for f in t.features]
+    if features.keys() != names:
+        raise ValueError(f"expected features {names} (in this order), got {features.keys()}")
+    table_of = {f: t for t in tables for f in t.features}
+    given = [features[f].values() for f in names]
+    values = [_checked_values(table_of[f], f, ids) for f, ids in zip(names, given)]
+    if all(v is g for v, g in zip(values, given)):
+        return features
+    return KeyedJaggedTensor.from_lengths_sync(keys=names, values=torch.cat(values), lengths=features.lengths())
+
+
 class EmbeddingTables(nn.Module):
     """Tables of one width ``D`` in one TorchRec ``EmbeddingCollection`` (a model with tables of several widths
     holds several of these).
@@ -74,7 +102,7 @@ class EmbeddingTables(nn.Module):
             raise UserError(f"tables of one EmbeddingTables share one width, got {sorted(dims)}: "
                             "build one EmbeddingTables per width")
         self.dim = dims.pop()
-        self._table_of = {f: t for t in tables for f in t.features}
+        self.configs = tuple(tables)
         self.collection = EmbeddingCollection(
             tables=[EmbeddingConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.num_embeddings,
                                     feature_names=list(t.features), weight_init_min=-math.sqrt(3.0) * t.init_std,
@@ -82,29 +110,11 @@ class EmbeddingTables(nn.Module):
             device=torch.device(device) if device is not None else None,
         )
 
-    def _checked_values(self, feature: str, ids: torch.Tensor) -> torch.Tensor:
-        table = self._table_of[feature]
-        if ids.numel() == 0:
-            return ids
-        low, high = int(ids.min()), int(ids.max())
-        if 0 <= low and high < table.num_embeddings:
-            return ids
-        if table.out_of_range == "hash":
-            return torch.remainder(ids, table.num_embeddings)
-        raise UserError(f"feature {feature!r}: IDs must lie in [0, {table.num_embeddings}) (table {table.name!r}), "
-                         f"got values in [{low}, {high}]")
-
     def forward(self, features: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
         """``features`` with exactly the keys :attr:`feature_names`, in that order (a sharded collection
         distributes its input by key position) -> ``{feature: (N_f, D)}`` embeddings of its ``N_f`` IDs."""
-        if features.keys() != self.feature_names:
-            raise ValueError(f"expected features {self.feature_names} (in this order), got {features.keys()}")
-        given = [features[f].values() for f in self.feature_names]
-        values = [self._checked_values(f, ids) for f, ids in zip(self.feature_names, given)]
-        if any(v is not g for v, g in zip(values, given)):  # some IDs were hashed
-            features = KeyedJaggedTensor.from_lengths_sync(keys=self.feature_names, values=torch.cat(values),
-                                                           lengths=features.lengths())
-        return {name: jagged.values() for name, jagged in self.collection(features).items()}
+        looked_up = self.collection(checked_ids(features, self.configs))
+        return {name: jagged.values() for name, jagged in looked_up.items()}
 
     def weight(self, table: str) -> torch.Tensor | None:
         """The whole ``(num_embeddings, D)`` weight of ``table`` when this process holds it unsharded, else

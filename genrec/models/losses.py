@@ -58,20 +58,24 @@ class SampledSoftmaxLoss(nn.Module):
         """How many uniform negatives a step draws for ``m`` positives: ``R`` or ``M * R``."""
         return m * self.num_negatives if self.per_position else self.num_negatives
 
-    def _draw(self, m: int, num_items: int, device: torch.device) -> torch.Tensor:
-        """``(M * R,)`` (per position, position-major) or ``(R,)`` uniform negatives from ``1..num_items``."""
-        return torch.randint(1, num_items + 1, (self._num_uniform(m),), device=device)
+    def _draw(self, m: int, num_items: int, device: torch.device,
+              generator: torch.Generator | None = None) -> torch.Tensor:
+        """``(M * R,)`` (per position, position-major) or ``(R,)`` uniform negatives from ``1..num_items``, drawn
+        from ``generator`` (default: the global random state)."""
+        return torch.randint(1, num_items + 1, (self._num_uniform(m),), device=device, generator=generator)
 
-    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor | None:
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int,
+                 generator: torch.Generator | None = None) -> torch.Tensor | None:
         """``(M,)`` positives -> ``None`` (the whole table, when it has fewer rows than the lookup below: see the
         class doc) or ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
-        position-major) uniform negatives and/or the ``U <= M`` distinct positives (in-batch negatives)."""
+        position-major) uniform negatives (from ``generator``; default: the global random state) and/or the
+        ``U <= M`` distinct positives (in-batch negatives)."""
         m = len(positive_ids)
         if num_items + 1 < m + self._uniform * self._num_uniform(m) + self._in_batch * m:
             return None
         parts = [positive_ids]
         if self._uniform:
-            parts.append(self._draw(m, num_items, positive_ids.device))
+            parts.append(self._draw(m, num_items, positive_ids.device, generator))
         if self._in_batch:
             parts.append(torch.unique(positive_ids))
         return torch.cat(parts)
@@ -117,8 +121,10 @@ class FullSoftmaxLoss(nn.Module):
         super().__init__()
         self.temperature = temperature
 
-    def item_ids(self, positive_ids: torch.Tensor, num_items: int) -> torch.Tensor:
-        """Every item ``1..num_items`` (padding left out): ``(num_items,)``."""
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Every item ``1..num_items`` (padding left out): ``(num_items,)`` (nothing is drawn: ``generator`` is
+        accepted for the interface's sake)."""
         return torch.arange(1, num_items + 1, device=positive_ids.device)
 
     def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,

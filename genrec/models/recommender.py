@@ -50,6 +50,13 @@ class SequentialRecommender(nn.Module):
         item_ids = loss.item_ids(batch.target_ids, self.num_items)  # None: the whole table
         lookup = self.item_embedding.all_ids if item_ids is None else item_ids
         inputs, items = self.item_embedding.forward_with_items(batch.to_kjt(), lookup)
+        return self.loss_from_embeddings(batch, loss, item_ids, inputs, items)
+
+    def loss_from_embeddings(self, batch: JaggedBatch, loss: nn.Module, item_ids: torch.Tensor | None,
+                             inputs: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """The rest of :meth:`training_loss` once the ``(N, D)`` input embeddings and the ``(C, D)`` embeddings of
+        ``item_ids`` (``None``: the whole table, ``C = num_items + 1``) were looked up (genrec.dist.pipeline looks
+        them up ahead, from a batch that carries them as a KeyedJaggedTensor)."""
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
         return loss(states, batch.target_ids, item_ids, self._norm(items))
 

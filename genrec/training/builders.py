@@ -11,7 +11,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from genrec.data.datamodule import SequenceDataModule, load_dataset
+from genrec.dist import ShardingConfig
 from genrec.dist.checkpoint import load_weights, read_meta
+from genrec.embedding import ItemEmbedding
 from genrec.errors import ConfigError, DataError
 from genrec.models.recommender import SequentialRecommender
 from genrec.runs import CHECKPOINT_DIR, TRUSTED_TARGETS, RunFolder, file_digest
@@ -19,7 +21,7 @@ from genrec.tokenize.sid_table import SIDTable
 from genrec.training.align import AlignConfig, AlignTask
 from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher
 from genrec.training.generative import GenerativeTask
-from genrec.training.module import RetrievalTask
+from genrec.training.module import PipelinedRetrievalTask, RetrievalTask
 from genrec.training.tables import load_tables, private_stores
 from genrec.training.task import RecommenderTask
 
@@ -56,6 +58,13 @@ def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | 
     m = cfg.model
     model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
                                   similarity=m.similarity)
+    if cfg.get("sharding") and ShardingConfig.from_config(cfg.sharding).pipelined:
+        if not isinstance(model.item_embedding, ItemEmbedding):
+            raise ConfigError("sharding.pipeline", f"sparse_dist pipelines sharded static tables; model={m.name} "
+                                                   f"has a {type(model.item_embedding).__name__}: use "
+                                                   "embedding@model.embedding=static or sharding.pipeline=none")
+        return PipelinedRetrievalTask(model, instantiate(m.loss), seed=cfg.seed,
+                                      gradient_clip_val=cfg.trainer.get("gradient_clip_val"), **_task_settings(cfg))
     return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
 
 

@@ -1,15 +1,20 @@
 """The task of next-item retrieval models: next-item loss at every position, full-corpus validation and test."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
+from lightning.pytorch.loops.utilities import _is_max_limit_reached
 from torch import nn
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from genrec.data.batch import JaggedBatch
+from genrec.dist.pipeline import SparseBatch, SparseCollate, StepOutput, sparse_dist_pipeline, sparse_step
 from genrec.models.recommender import SequentialRecommender
 from genrec.training.task import RecommenderTask, Scorer
+
+torch.fx.wrap("sparse_step")  # TorchRec's tracer records the dense rest of a pipelined step as one opaque call
 
 
 class RetrievalTask(RecommenderTask):
@@ -30,11 +35,22 @@ class RetrievalTask(RecommenderTask):
         super().__init__(model, **kwargs)
         self.loss = loss
 
+    def forward(self, batch: JaggedBatch | SparseBatch) -> torch.Tensor | tuple[torch.Tensor, StepOutput]:
+        """The training step's loss of a JaggedBatch; for a :class:`~genrec.dist.pipeline.SparseBatch` (and for
+        the stand-in TorchRec's pipeline traces), ``(loss, StepOutput)`` with the sharded collection reading the
+        batch's ready KeyedJaggedTensor, so that the pipeline can distribute it ahead."""
+        if isinstance(batch, JaggedBatch):
+            return self.training_loss(batch)
+        return sparse_step(self, batch, self.model.item_embedding.tables.collection(batch.features))
+
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """The batch's mean loss, rescaled when several processes train so that the gradient averaged over
+        """The batch's mean loss (see :meth:`global_mean`)."""
+        return self.global_mean(self.model.training_loss(batch, self.loss), batch)
+
+    def global_mean(self, loss: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
+        """``loss`` (the batch's mean), rescaled when several processes train so that the gradient averaged over
         processes (DDP, and TorchRec's gradient division for sharded tables) is the gradient of the mean over
         all positions of the global batch: ``loss * N_local * world / N_global``."""
-        loss = self.model.training_loss(batch, self.loss)
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return loss
         positions = torch.tensor(float(batch.target_ids.numel()), dtype=torch.float64, device=loss.device)
@@ -63,3 +79,92 @@ class RetrievalTask(RecommenderTask):
         # every item's vector once per pass (for a sharded table: one gather of all rows, a collective call)
         item_vectors = self.model.all_item_vectors()
         return lambda batch: self.model.score_all(batch, item_vectors)
+
+
+class PipelinedRetrievalTask(RetrievalTask):
+    """A RetrievalTask trained through TorchRec's TrainPipelineSparseDist (``sharding.pipeline=sparse_dist``):
+    the batch ``i + 1``'s IDs are sent to the processes owning their rows while batch ``i`` computes.
+
+    The pipeline runs forward, backward and the optimizer step itself, so this task optimises manually: each
+    :meth:`training_step` gets Lightning's batch iterator (its ``dataloader_iter`` form) and trains exactly one
+    batch, except the epoch's last call, which also trains the batches the pipeline holds ahead (Lightning ends
+    the epoch once its loader is used up); validation and the end of training detach the pipeline from the
+    model. Batches are :class:`~genrec.dist.pipeline.SparseBatch` from the data
+    module's pipelined collation (:meth:`sparse_collate`). Gradients of the dense part are clipped here, by norm,
+    at ``gradient_clip_val`` (Lightning clips only automatic optimization).
+
+    Args:
+        model / loss / kwargs: as for :class:`RetrievalTask`.
+        seed: the run's seed (the data loader's negatives derive from it).
+        gradient_clip_val: clip the dense gradients' norm to this (``None``: no clipping).
+    """
+
+    #: TorchRecStrategy calls training_step directly: the pipeline runs the DistributedModelParallel itself
+    drives_model = True
+
+    def __init__(self, model: SequentialRecommender, loss: nn.Module, seed: int = 0,
+                 gradient_clip_val: float | None = None, **kwargs):
+        super().__init__(model, loss, **kwargs)
+        self.automatic_optimization = False
+        self.seed, self.gradient_clip_val = seed, gradient_clip_val
+        self._pipeline: TrainPipelineSparseDist | None = None
+        self._source: Iterator | None = None  # Lightning's iterator of this epoch
+        self._batches: Iterator[SparseBatch] | None = None
+
+    def sparse_collate(self) -> SparseCollate:
+        """The data loader's collation into SparseBatches."""
+        return SparseCollate(self.loss, self.model.item_embedding.tables.configs[0], self.seed)
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        datamodule = self.trainer.datamodule
+        if not hasattr(datamodule, "train_collate"):
+            raise TypeError("the pipelined task trains from genrec's SequenceDataModule (its loader builds the "
+                            f"SparseBatches), got {type(datamodule).__name__}")
+        datamodule.train_collate = self.sparse_collate()
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Nothing: the pipelined path serves static tables only (no event time to pass on)."""
+
+    def training_step(self, dataloader_iter: Iterator) -> None:
+        dmp = self.trainer.strategy.dmp
+        if self._pipeline is None:
+            self._pipeline = sparse_dist_pipeline(dmp, self.optimizers())
+        # the pipeline steps only a model in training mode; Lightning sets the mode of the task, not of its wrapper
+        dmp.training = self.training
+        if dataloader_iter is not self._source:  # a new epoch (TorchRec restarts on a new iterator)
+            self._source, self._batches = dataloader_iter, (batch for batch, _, _ in dataloader_iter)
+        self._train(self._pipeline.progress(self._batches))
+        if dataloader_iter.done:  # Lightning's last call of the epoch: train what the pipeline holds
+            while not _is_max_limit_reached(self.trainer.global_step, self.trainer.max_steps):
+                try:
+                    self._train(self._pipeline.progress(self._batches))
+                except StopIteration:
+                    break
+                # Lightning counts one logged step per call; the loggers' step stays the optimizer step count
+                self.trainer.fit_loop.epoch_loop._batches_that_stepped += 1
+
+    def _train(self, output: StepOutput) -> None:
+        """After one optimizer step: the learning-rate schedule's step, the loss logged."""
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        self.log("train/loss", output.loss, prog_bar=True, on_step=True, on_epoch=True,
+                 batch_size=output.batch_size, sync_dist=True)
+
+    def _detach(self) -> None:
+        """The sharded collection's own forward back (evaluation looks the table up outside the pipeline); the next
+        ``progress`` rewires it (TorchRec keeps batches in flight across a detach)."""
+        if self._pipeline is not None:
+            self._pipeline.detach()
+
+    def on_validation_start(self) -> None:
+        self._detach()
+
+    def on_train_end(self) -> None:
+        self._detach()
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.gradient_clip_val is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=self.gradient_clip_val, gradient_clip_algorithm="norm")

@@ -134,6 +134,8 @@ def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError("trainer.strategy", f"sharding={sharding.type} trains with genrec's TorchRecStrategy: "
                                                   f"leave trainer.strategy at auto (got {kwargs['strategy']!r})")
         kwargs["strategy"] = TorchRecStrategy(sharding)
+        if sharding.pipelined:  # the pipelined task clips its own gradients (it optimises manually)
+            kwargs.pop("gradient_clip_val", None)
     return kwargs
 
 

@@ -69,3 +69,14 @@ def test_unknown_table_and_cpu_optimizer_errors():
         _plan(ShardingConfig(type="row_wise", tables={"items": "row_wise"}))
     with pytest.raises(ValueError, match="sharding.optimizer.name='adam' has no CPU kernel"):
         ShardingConfig.from_config({"type": "row_wise", "optimizer": {"name": "adam"}}).sharder("cpu")
+
+
+def test_widths_fbgemm_cannot_shard_are_refused_naming_the_table():
+    """FBGEMM's fused kernels assert on a width that is not a multiple of 4 (the hstu preset's 50, for one)."""
+    module = torch.nn.ModuleDict({"emb": EmbeddingTables([TableConfig("item_table", 121, 50, ("item",))])})
+    cfg = ShardingConfig(type="row_wise")
+    with pytest.raises(ValueError, match="table 'item_table' has dim 50; .* multiple of 4 \\(e.g. model.dim=48\\)"):
+        build_plan(module, cfg, cfg.sharder("cpu"), 2, 2, "cpu")
+    module = torch.nn.ModuleDict({"emb": EmbeddingTables([TableConfig("item_table", 121, 12, ("item",))])})
+    with pytest.raises(ValueError, match="shards 6 wide"):
+        build_plan(module, ShardingConfig(type="column_wise"), cfg.sharder("cpu"), 2, 2, "cpu")
