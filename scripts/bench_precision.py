@@ -135,6 +135,7 @@ def main() -> None:
     from genrec.utils.provenance import provenance, write_json
 
     torch.set_num_threads(args.threads)
+    prov = provenance()  # the commit at the start: the code that ran, whatever is committed while it runs
     flags = cpu_flags()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_precision-") as tmp:
@@ -155,7 +156,7 @@ def main() -> None:
                           "rounds": args.rounds, "threads": args.threads, "batch_size": 128},
                "cpu_flags": flags, "rows": rows,
                "note": "shared 2-core machine (other engineers' jobs running); steps timed alternating in one "
-                       "process, median of round medians", **provenance()}
+                       "process, median of round medians", **prov}
     write_json(Path(args.out), payload)
     print(f"wrote {args.out}")
 
