@@ -106,9 +106,9 @@ def check(export_dir: Path, tie_tol: float = 1e-5) -> dict:
         "tower_parity": {name: a["parity"] for name, a in manifest["artifacts"].items() if "parity" in a},
         "quantization": {dtype: {"table_bytes": q["table_bytes"], "bytes_vs_fp32": q["bytes_vs_fp32"],
                                  "recall_at_10_vs_fp32": q["recall_at_10_vs_fp32"],
-                                 "tower_max_abs_diff": q.get("tower_max_abs_diff", 0.0),
+                                 "tower_max_abs_diff": q.get("tower_max_abs_diff", 0.0),  # fp32: the reference
                                  **{m: q["test_metrics"][m] for m in ("recall@10", "ndcg@10")}}
-                         for dtype, q in manifest.get("quantization", {}).items()},
+                         for dtype, q in manifest["quantization"].items()},
         "baselines": {name: {m: b["test"][m] for m in ("recall@10", "ndcg@10")} for name, b in baselines.items()},
         **provenance(),
         "config": OmegaConf.to_container(train_cfg, resolve=True),
