@@ -589,7 +589,8 @@ def export_tables(files: list[dict]) -> list[str]:
         towers = "; ".join(f"{name}: max |diff| {p['max_abs_diff']:.2g} on {p['users']:,} users"
                            for name, p in r["tower_parity"].items() if "max_abs_diff" in p)
         skipped = "".join(f" Skipped: {name} ({why})." for name, why in r["skipped"].items())
-        out += [f"## Export: {d['dataset']} ({m['name']}, dim {m['dim']}, {m['similarity']})", "",
+        no_time = " without its time bias" if r["config"]["model"]["encoder"].get("time_bias") is False else ""
+        out += [f"## Export: {d['dataset']} ({m['name']}{no_time}, dim {m['dim']}, {m['similarity']})", "",
                 f"`results/{r['name']}.json`: the run's checkpoint (trained {r['config']['trainer']['max_epochs']} "
                 f"epochs at most, seed {r['seed']}) exported by `genrec-export`, then served by "
                 "`scripts/retrieval_example.py` (exported user tower + faiss index + ID map, no genrec code) for "
