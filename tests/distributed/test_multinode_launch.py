@@ -42,7 +42,7 @@ def _free_port() -> int:
 def _launch(node_rank: int, port: int, run_dir: Path, cache: Path, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
     env.update(NNODES="2", NODE_RANK=str(node_rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               RUN_DIR=str(run_dir), PYTHON=os.environ.get("PYTHON", sys.executable))
+               RUN_DIR=str(run_dir), PYTHON=sys.executable)
     return subprocess.Popen(["bash", str(ROOT / "scripts" / "launch_dist.sh"), "torchrun", "1", *COMMON,
                              f"data.batch_size={GLOBAL_BATCH // 2}", f"data.cache_dir={cache}"],
                             cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -79,6 +79,8 @@ def test_two_torchrun_nodes_equal_one_process(tmp_path):
                 if other.poll() is None:
                     other.kill()
 
+    for rank in (0, 1):  # one process on each node, node 1's process is global rank 1
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/2" in logs[rank].read_text()
     ran, reference = (json.loads((d / "metrics.json").read_text()) for d in (two_nodes, one))
     assert ran["processes"] == 2 and reference["processes"] == 1
     assert any(line.startswith("item_table") and "row_wise" in line for line in ran["sharding_plan"])
