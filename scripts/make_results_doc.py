@@ -373,13 +373,14 @@ def bench_precision_tables(files: list[dict]) -> list[str]:
         verdicts = []
         for row in r["rows"]:
             speed = row["bf16_speedup"]
-            verdicts.append(f"{row['model']}: bf16 is {'faster' if speed > 1 else 'slower'} on this CPU "
-                            f"({speed:.2f}x the fp32 step rate)")
+            pace = ("no measurable difference" if abs(speed - 1) < 0.03 else "faster" if speed > 1 else "slower")
+            verdicts.append(f"{row['model']}: bf16 vs fp32 on this CPU: {pace} ({speed:.2f}x the fp32 step rate)")
             best_name, best = max(row["runs"]["32-true"]["baselines"].items(), key=lambda kv: kv[1]["ndcg@10"])
             for precision, run in row["runs"].items():
-                if run["test"]["ndcg@10"] <= best["ndcg@10"]:
-                    verdicts.append(f"{row['model']} {precision} does not beat the {best_name} baseline (NDCG@10 "
-                                    f"{run['test']['ndcg@10']:.4f} vs {best['ndcg@10']:.4f}) at this budget")
+                beats = run["test"]["ndcg@10"] > best["ndcg@10"]
+                verdicts.append(f"{row['model']} {precision} {'beats' if beats else 'does not beat'} the best "
+                                f"baseline, {best_name} (NDCG@10 {run['test']['ndcg@10']:.4f} vs "
+                                f"{best['ndcg@10']:.4f})")
         out += ["", "; ".join(verdicts) + ".", ""]
     return out
 
