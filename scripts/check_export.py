@@ -7,7 +7,10 @@ For every test user (whole history before the test item, as genrec's evaluation)
 by scripts/retrieval_example.py (exported user tower + flat faiss index + ID map, history and padding removed)
 with genrec's own ranking of the run's checkpoint (score_all, history removed, ties to the lower item ID), then
 measures each exported index's recall@10 against that exact top 10 and the test recall/NDCG@10 it serves,
-beside the baselines measured by genrec's evaluation on the same users.
+beside the baselines measured by genrec's evaluation on the same users. The export's quantised item tables
+(``quantize``: fp16 / int8 through FBGEMM) are reported from its manifest: per precision the table's bytes, the
+recall@10 of its top 10 against fp32 exact search and the test metrics it serves (genrec-export measures them on
+the same test users).
 """
 from __future__ import annotations
 
@@ -101,6 +104,11 @@ def check(export_dir: Path, tie_tol: float = 1e-5) -> dict:
         "indexes": indexes,
         "skipped": manifest["skipped"],
         "tower_parity": {name: a["parity"] for name, a in manifest["artifacts"].items() if "parity" in a},
+        "quantization": {dtype: {"table_bytes": q["table_bytes"], "bytes_vs_fp32": q["bytes_vs_fp32"],
+                                 "recall_at_10_vs_fp32": q["recall_at_10_vs_fp32"],
+                                 "tower_max_abs_diff": q.get("tower_max_abs_diff", 0.0),  # fp32: the reference
+                                 **{m: q["test_metrics"][m] for m in ("recall@10", "ndcg@10")}}
+                         for dtype, q in manifest["quantization"].items()},
         "baselines": {name: {m: b["test"][m] for m in ("recall@10", "ndcg@10")} for name, b in baselines.items()},
         **provenance(),
         "config": OmegaConf.to_container(train_cfg, resolve=True),
@@ -122,6 +130,9 @@ def main() -> None:
                  f"{parity['tie_order_differences']}, other {parity['other_differences']}") if parity else ""
         print(f"  {index:<12} recall@10 vs exact {r['recall_at_10_vs_exact']:.4f}  served recall@10 "
               f"{r['recall@10']:.4f}  {r['ms_per_user']:.3f} ms/user{extra}")
+    for dtype, q in out["quantization"].items():
+        print(f"  {dtype:<12} item table {q['table_bytes']:,} bytes ({q['bytes_vs_fp32']:.2f}x fp32)  recall@10 vs "
+              f"fp32 exact {q['recall_at_10_vs_fp32']:.4f}  test recall@10 {q['recall@10']:.4f}")
     print(f"wrote results/{name}.json")
     failed = out["indexes"].get("index_flat", {}).get("parity", {}).get("other_differences", 0)
     sys.exit(1 if failed else 0)

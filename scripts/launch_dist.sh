@@ -6,6 +6,8 @@
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 RUN_DIR=/shared/runs/x \
 #       bash scripts/launch_dist.sh torchrun 8 sharding=row_wise                    # node 0 of 2 (same on node 1
 #                                                                                   #  with NODE_RANK=1)
+#   (tests/distributed/test_multinode_launch.py runs two such "nodes" on one machine and checks the result equals
+#    one process's)
 #   sbatch --nodes=2 --ntasks-per-node=8 --gpus-per-node=8 \
 #       scripts/launch_dist.sh slurm 8 sharding=row_wise                            # one task per device
 #

@@ -343,6 +343,52 @@ def post_training_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def bench_precision_tables(files: list[dict]) -> list[str]:
+    """bf16-mixed vs fp32 training on CPU (scripts/bench_precision.py): s/step and test metrics with baselines."""
+    out = []
+    for r in files:
+        if r.get("benchmark") != "bf16-mixed vs fp32 training on CPU":
+            continue
+        c = r["config"]
+        flags = ", ".join(f"{flag} {'yes' if on else 'no'}" for flag, on in r["cpu_flags"].items())
+        out += [f"## Benchmark: bf16-mixed vs fp32 training on CPU (`results/{r['name']}.json`)", "",
+                f"{r['dataset']}, seed {r['seed']}, `trainer.precision=32-true` vs `bf16-mixed` (bf16 autocast of the "
+                "encoder; TorchRec tables, norms, loss, weights, optimizer state and evaluation scores stay fp32). "
+                f"Speed: whole training steps (batch {c['batch_size']}) of both precisions alternating in one process, "
+                f"{c['timed_steps']} steps per round, {c['rounds']} rounds, median of round medians, {c['threads']} "
+                f"thread(s). Quality: one `genrec.train` run per precision, {c['epochs']} epochs at most (equal "
+                "budgets; the presets' own is 100 with early stopping), baselines evaluated in the same runs. "
+                f"CPU flags: {flags}. {r['note'][0].upper() + r['note'][1:]}. Commit `{r['commit'][:12]}`.", "",
+                "| model | fp32 s/step | bf16 s/step | bf16 speed-up (fp32 s / bf16 s) |", "|---|---|---|---|"]
+        for row in r["rows"]:
+            t = row["s_per_step"]
+            out.append(f"| {row['model']} (`{row['experiment']}`) | {t['32-true']:.3f} | {t['bf16-mixed']:.3f} | "
+                       f"{row['bf16_speedup']:.2f}x |")
+        out += ["", "A run's wall time includes evaluation and waiting on the shared CPU: it is not a speed figure.",
+                "",
+                "| model | precision | epochs run (best) | test recall@10 | test ndcg@10 | run wall s |",
+                "|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            for precision, run in row["runs"].items():
+                out.append(f"| {row['model']} | {precision} | {run['epochs_run']} ({run['best_epoch']}) | "
+                           f"{run['test']['recall@10']:.4f} | {run['test']['ndcg@10']:.4f} | {run['wall_s']:.0f} |")
+            for name, b in row["runs"]["32-true"]["baselines"].items():
+                out.append(f"| {name} (baseline) | – | – | {b['recall@10']:.4f} | {b['ndcg@10']:.4f} | – |")
+        verdicts = []
+        for row in r["rows"]:
+            speed = row["bf16_speedup"]
+            pace = ("no measurable difference" if abs(speed - 1) < 0.03 else "faster" if speed > 1 else "slower")
+            verdicts.append(f"{row['model']}: bf16 vs fp32 on this CPU: {pace} ({speed:.2f}x the fp32 step rate)")
+            best_name, best = max(row["runs"]["32-true"]["baselines"].items(), key=lambda kv: kv[1]["ndcg@10"])
+            for precision, run in row["runs"].items():
+                beats = run["test"]["ndcg@10"] > best["ndcg@10"]
+                verdicts.append(f"{row['model']} {precision} {'beats' if beats else 'does not beat'} the best "
+                                f"baseline, {best_name} (NDCG@10 {run['test']['ndcg@10']:.4f} vs "
+                                f"{best['ndcg@10']:.4f})")
+        out += ["", "; ".join(verdicts) + ".", ""]
+    return out
+
+
 def bench_fsdp_tables(files: list[dict]) -> list[str]:
     """Memory per process of fully sharded training (scripts/bench_fsdp.py)."""
     out = []
@@ -580,7 +626,8 @@ def export_tables(files: list[dict]) -> list[str]:
         towers = "; ".join(f"{name}: max |diff| {p['max_abs_diff']:.2g} on {p['users']:,} users"
                            for name, p in r["tower_parity"].items() if "max_abs_diff" in p)
         skipped = "".join(f" Skipped: {name} ({why})." for name, why in r["skipped"].items())
-        out += [f"## Export: {d['dataset']} ({m['name']}, dim {m['dim']}, {m['similarity']})", "",
+        no_time = " without its time bias" if r["config"]["model"]["encoder"].get("time_bias") is False else ""
+        out += [f"## Export: {d['dataset']} ({m['name']}{no_time}, dim {m['dim']}, {m['similarity']})", "",
                 f"`results/{r['name']}.json`: the run's checkpoint (trained {r['config']['trainer']['max_epochs']} "
                 f"epochs at most, seed {r['seed']}) exported by `genrec-export`, then served by "
                 "`scripts/retrieval_example.py` (exported user tower + faiss index + ID map, no genrec code) for "
@@ -609,6 +656,16 @@ def export_tables(files: list[dict]) -> list[str]:
                     "2-core machine. Longer training (the default: 20 epochs with early stopping, `make run`) is "
                     "what we expect to close that gap (not measured here); the export reproduces whatever the "
                     "checkpoint ranks, good or bad."]
+        if r["quantization"]:
+            out += ["", "Quantised item tables (`genrec-export quantize=[fp16,int8]`: FBGEMM's row-wise formats, read by "
+                    "its CPU lookup kernel; queries from the user tower exported with that table): top-10 overlap with "
+                    "fp32 exact search on every test user, and the test metrics each table serves.", "",
+                    "| item table | bytes | × fp32 | recall@10 vs fp32 exact | test recall@10 | test ndcg@10 "
+                    "| query max abs diff |", "|---|---|---|---|---|---|---|"]
+            for dtype, q in r["quantization"].items():
+                out.append(f"| {dtype} | {q['table_bytes']:,} | {q['bytes_vs_fp32']:.2f} | "
+                           f"{q['recall_at_10_vs_fp32']:.4f} | {q['recall@10']:.4f} | {q['ndcg@10']:.4f} | "
+                           f"{q['tower_max_abs_diff']:.2g} |")
         worst = min(x["recall_at_10_vs_exact"] for x in r["indexes"].values())
         out += ["", f"Goal for the ANN indexes at default settings: recall@10 ≥ 0.95 against exact search "
                 f"({'met' if worst >= 0.95 else 'NOT met'}: lowest {worst:.4f}). ms / user: batches of "
@@ -1300,6 +1357,7 @@ def main() -> None:
     lines += bench_telemetry_tables(files)
     lines += bench_fsdp_tables(files)
     lines += bench_pipeline_tables(files)
+    lines += bench_precision_tables(files)
     lines += stream_vs_offline_tables(files)
     lines += bench_stream_tables(files)
     lines += bench_preprocess_tables(files)

@@ -77,7 +77,11 @@ def pointwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rab: 
 
 class _FusedPointwiseAttention(torch.autograd.Function):
     """:func:`pointwise_attention` with a hand-written backward that keeps one ``(G, H, L, L)`` tensor (the scores
-    before SiLU) instead of autograd's several, and a precomputed ``weight = causal · scale``."""
+    before SiLU) instead of autograd's several, and a precomputed ``weight = causal · scale``.
+
+    Under autocast (``trainer.precision=bf16-mixed``) the forward's matmuls run in bf16 and the backward, which
+    autocast does not cover, runs its matmuls in the scores' dtype too; the bias gradient is summed in fp32 (or
+    wider) and every gradient has its input's dtype."""
 
     @staticmethod
     def forward(ctx, q, k, v, rab, weight):
@@ -85,20 +89,24 @@ class _FusedPointwiseAttention(torch.autograd.Function):
         if rab is not None:
             scores += rab[:, None]
         ctx.save_for_backward(q, k, v, scores, weight)
-        ctx.rab_shape = None if rab is None else rab.shape
+        ctx.rab_shape, ctx.rab_dtype = (None, None) if rab is None else (rab.shape, rab.dtype)
         return (F.silu(scores) * weight) @ v
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, scores, weight = ctx.saved_tensors
+        dtype = scores.dtype  # the forward's matmul dtype (bf16 under autocast; no casts without it)
+        grad, weight, q_, k_, v_ = (t.to(dtype) for t in (grad, weight, q, k, v))
         grad_v = (F.silu(scores) * weight).transpose(-1, -2) @ grad
-        grad_scores = torch.ops.aten.silu_backward((grad @ v.transpose(-1, -2)).mul_(weight), scores)
+        grad_scores = torch.ops.aten.silu_backward((grad @ v_.transpose(-1, -2)).mul_(weight), scores)
         grad_rab = None
         if ctx.rab_shape is not None:
-            grad_rab = grad_scores.sum(1)
+            grad_rab = grad_scores.sum(1, dtype=torch.promote_types(dtype, torch.float32))
             if ctx.rab_shape[0] == 1:
                 grad_rab = grad_rab.sum(0, keepdim=True)
-        return grad_scores @ k, grad_scores.transpose(-1, -2) @ q, grad_v, grad_rab, None
+            grad_rab = grad_rab.to(ctx.rab_dtype)
+        return ((grad_scores @ k_).to(q.dtype), (grad_scores.transpose(-1, -2) @ q_).to(k.dtype), grad_v.to(v.dtype),
+                grad_rab, None)
 
 
 def fused_pointwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rab: torch.Tensor | None,

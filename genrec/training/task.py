@@ -110,7 +110,10 @@ class RecommenderTask(L.LightningModule):
         self._scorer = self.make_scorer()
 
     def _eval_step(self, batch: JaggedBatch) -> None:
-        self.evaluator.update(self._scorer(batch).float(), batch)
+        # scored in fp32 whatever trainer.precision trains in: the metrics measure the trained weights, not the
+        # ties and rounding of bf16 scores over the whole catalogue
+        with torch.autocast(self.device.type, enabled=False):
+            self.evaluator.update(self._scorer(batch).float(), batch)
 
     def _eval_epoch_end(self, prefix: str) -> None:
         self.evaluator.metrics.merge(self._sum_over_processes)  # exact totals over every user of every process

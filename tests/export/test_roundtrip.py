@@ -27,6 +27,14 @@ def test_flat_export_reproduces_the_framework_top10_for_every_test_user(exported
     # served through the export, the flat index gives the framework's own test metrics
     assert report["indexes"]["index_flat"]["recall@10"] == pytest.approx(report["framework_test"]["recall@10"])
     assert set(report["baselines"]) == {"most_popular", "transitions", "transitions_last3_skip"}
+    # the quantised tables' figures per precision, as the manifest has them; fp32 is the flat index's exact search
+    assert set(report["quantization"]) == {"fp32", "fp16", "int8"}
+    for dtype, figures in report["quantization"].items():
+        measured = manifest["quantization"][dtype]
+        assert figures["table_bytes"] == measured["table_bytes"]
+        assert figures["recall_at_10_vs_fp32"] == measured["recall_at_10_vs_fp32"]
+        assert figures["recall@10"] == measured["test_metrics"]["recall@10"]
+    assert report["quantization"]["fp32"]["recall@10"] == pytest.approx(report["framework_test"]["recall@10"])
 
 
 def test_recommend_maps_raw_ids_and_removes_the_history(exported):

@@ -185,6 +185,30 @@ def test_quantized_table_reads_fbgemms_rows(dtype, bytes_per_row):
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "int8"])
+def test_quantized_scores_stay_within_the_rounding_error(dtype):
+    """Scores ``q · w`` against a quantised table are allclose to fp32's within the error its rounding allows:
+    fp16 rounds each value to nearest (relative error <= 2^-11), so ``|Δscore| <= 2^-11 Σ_d |q_d w_d|``; int8 codes
+    each row in 255 steps of ``(max - min) / 255`` with an fp16 scale and bias, so every value is within
+    ``e = 0.505 step + 1e-3`` (half a step, plus the fp16 scale/bias rounding at |w| <= ~4) and
+    ``|Δscore| <= e ||q||_1``."""
+    torch.manual_seed(0)
+    weight, queries = torch.randn(1000, 64), torch.randn(200, 64)
+    table = QuantizedItemTable(weight, dtype)
+    quantized = table(torch.arange(len(weight)))
+    exact, scores = queries @ weight.T, queries @ quantized.T
+    if dtype == "fp16":
+        bound = 2.0 ** -11 * (queries.abs() @ weight.abs().T)
+    else:
+        step = (weight.max(1).values - weight.min(1).values) / 255
+        bound = queries.abs().sum(1, keepdim=True) * (0.505 * step + 1e-3)[None, :]
+    error = (scores - exact).abs()
+    assert (error <= bound).all()
+    assert error.max() > 0  # really quantised
+    top = (scores.topk(10).indices[:, :, None] == exact.topk(10).indices[:, None, :]).any(2).float().mean()
+    assert top > (0.99 if dtype == "fp16" else 0.9)  # recall@10 against fp32 exact search
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "int8"])
 def test_quantized_tower_exports_and_stays_close(dtype, tmp_path):
     model = _hstu_model()
     tower = UserTower(model, with_time=True, table_dtype=dtype)
