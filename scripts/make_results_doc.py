@@ -111,10 +111,20 @@ def _budget(runs: list[dict]) -> str:
     return f"{epochs:.0f} ({best:.0f}), {minutes:.0f} min"
 
 
+def _features(run: dict) -> str:
+    """The side features and actions a run's model used (``model.features``), or ``"none"``."""
+    features = (run.get("config", {}).get("model") or {}).get("features") or {}
+    parts = (["actions"] if features.get("actions") else []) + [
+        f"{kind}: {', '.join(features[kind])}" for kind in ("item", "user") if features.get(kind)]
+    return " + ".join(parts) or "none"
+
+
 def _label(run: dict) -> str:
     """The model name, plus how its tables were trained when sharded (those runs are reported on their own row:
     a fused sparse optimizer and a per-process batch size make them a different training setup), or for a
-    generative model the semantic IDs it generates and its beam."""
+    generative model the semantic IDs it generates and its beam, or the side features it used."""
+    if _features(run) != "none":
+        return f"{run['model']} + features"
     if "sid_table" in run:
         sizes = "x".join(str(k) for k in run["sid_table"]["codebook_sizes"])
         tokenizer = run["sid_table"]["tokenizer"].get("tokenizer", {}).get("name", "?")
@@ -168,6 +178,55 @@ def training_tables(files: list[dict]) -> list[str]:
         out += comparison(dataset, by_model)
         out += NOTES.get(dataset, [])
         out += _generative_notes([r for r in runs if "sid_table" in r], files, PUBLISHED.get(dataset, {}))
+    return out
+
+
+def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "recall@10"),
+                   goal: float = GOAL_OVER_SASREC) -> list[str]:
+    """SASRec and HSTU with and without side features and actions (scripts/reproduce_features.sh), per dataset
+    where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec given
+    the same inputs."""
+    by_dataset = defaultdict(list)
+    for r in files:
+        sharded = ((r.get("config") or {}).get("sharding") or {}).get("type")
+        if r.get("model") in ("sasrec", "hstu") and "test" in r.get("metrics", {}) and not sharded:
+            by_dataset[r["dataset"]["dataset"]].append(r)
+    out = []
+    for dataset, runs in sorted(by_dataset.items()):
+        if all(_features(r) == "none" for r in runs):
+            continue
+        groups = defaultdict(list)
+        for r in runs:
+            groups[(_features(r), r["model"])].append(r)
+        out += [f"## Side features and actions: {dataset}", "",
+                "SASRec and HSTU (genrec's `ml100k_sasrec` / `ml100k_hstu` presets) with and without side features "
+                "(`model.features`: see README). Same protocol as the table above; test split, best validation "
+                "checkpoint, mean ± std over seeds.", "",
+                "| features | model | " + " | ".join(f"test {m}" for m in metrics) + " | seeds | "
+                "epochs (best), train time | source |", "|---|---|" + "---|" * (len(metrics) + 3)]
+        for (features, model), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "none", kv[0])):
+            names = ", ".join(sorted(f"`results/{r['name']}.json`" for r in group))
+            out.append(f"| {features} | **{model}** | " + " | ".join(_cell([r["metrics"]["test"][m] for r in group])
+                                                                  for m in metrics)
+                       + f" | {', '.join(str(r['seed']) for r in group)} | {_budget(group)} | {names} |")
+        first = runs[0]
+        for name, b in first["baselines"].items():
+            out.append(f"| – | {name} (baseline) | " + " | ".join(f"{b['test'][m]:.4f}" for m in metrics)
+                       + f" | – | – | `results/{first['name']}.json` |")
+        out += ["", f"Commits: {', '.join(sorted(f'`{c[:12]}`' for c in {r['commit'] for r in runs}))}.", "",
+                f"HSTU against SASRec given the same inputs, test ndcg@10, mean over seeds (goal: the best HSTU at "
+                f"least {goal:+.0%} over the best SASRec):", ""]
+        for features in sorted({f for f, _ in groups}, key=lambda f: (f != "none", f)):
+            sasrec, hstu = groups.get((features, "sasrec")), groups.get((features, "hstu"))
+            if not sasrec or not hstu:
+                out.append(f"- {features}: not measured for both models.")
+                continue
+            base, score = _mean(sasrec, "test", "ndcg@10"), _mean(hstu, "test", "ndcg@10")
+            verdict = "goal met" if score / base - 1 >= goal else "goal **not** met"
+            seeds = f"{len(hstu)} / {len(sasrec)} seed(s)"
+            out.append(f"- {features}: HSTU {score:.4f} vs SASRec {base:.4f} = **{score / base - 1:+.1%}** "
+                       f"({verdict}; {seeds}).")
+        out.append("")
     return out
 
 
@@ -1202,6 +1261,7 @@ def main() -> None:
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
     lines += data_stats_tables(files)
     lines += training_tables(files)
+    lines += feature_tables(files)
     lines += post_training_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)

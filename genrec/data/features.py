@@ -5,7 +5,7 @@ Three kinds (``model.features`` in the config, all off by default):
 * ``actions: true`` — every event's action: its rating, one ID per distinct rating value (``1..K``, ``0`` is
   padding). A position's input is the action of its own input event, which happened before the item it predicts.
 * ``item: [columns]`` — item side features from :attr:`SequenceData.items` (e.g. ML-100K ``genres``; Amazon
-  ``brand``, ``categories``): a list value gives several IDs, a scalar one, a missing value none.
+  ``brand``, ``categories``): a list value gives several IDs, a scalar one, a missing or empty value none.
 * ``user: [columns]`` — user attributes from :attr:`SequenceData.users` (e.g. ML-100K ``age``, ``gender``,
   ``occupation``): one ID per column; a numeric column is cut into at most :data:`NUMERIC_BUCKETS` quantile buckets.
 
@@ -112,7 +112,8 @@ def _column_codes(column: pd.Series) -> tuple[list[np.ndarray], int]:
             buckets = pd.qcut(column[known].astype(float), NUMERIC_BUCKETS, labels=False, duplicates="drop")
             codes[known] = buckets.to_numpy(np.int64) + 1
         return [c[c > 0] for c in codes[:, None]], int(codes.max())
-    rows = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else ([] if pd.isna(v) else [v]) for v in column]
+    rows = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else ([] if pd.isna(v) or v == "" else [v])
+            for v in column]
     vocab = {v: i + 1 for i, v in enumerate(sorted({str(v) for row in rows for v in row}))}
     return [np.array(sorted({vocab[str(v)] for v in row}), np.int64) for row in rows], len(vocab)
 

@@ -141,3 +141,12 @@ def test_batches_without_features_are_unchanged(tmp_path):
     batch = collate([EvalSequences(data, 10, "valid")[u] for u in range(3)])
     assert batch.actions is None and batch.user_features is None
     assert batch.to_kjt().keys() == [ITEM_FEATURE]
+
+
+def test_empty_and_missing_item_values_give_no_ids(tmp_path):
+    data = tiny(tmp_path)
+    data.items["brand"] = ["Acme", "", None, "Acme"]  # Amazon's reader writes "" for a missing brand
+    _, encoded = encode_features(data, FeatureConfig(item=("brand",)))
+    items = encoded.items
+    assert items.offsets.tolist() == [0, 0, 1, 1, 1, 2] and items.values.tolist() == [1, 1]
+    assert items.vocab_size == 2
