@@ -76,13 +76,11 @@ class EncodedFeatures:
     """What a model needs to build its feature tables: vocabulary sizes and the item features.
 
     Attributes:
-        config: the features used.
         num_actions: distinct actions (the action table has ``num_actions + 1`` rows), ``0`` when off.
         user_vocab_size: rows of the user table (``1 +`` every column's buckets), ``0`` when off.
         items: the item side features, or ``None`` when off.
     """
 
-    config: FeatureConfig
     num_actions: int = 0
     user_vocab_size: int = 0
     items: ItemFeatures | None = None
@@ -138,7 +136,7 @@ def _item_features(data: SequenceData, columns: tuple[str, ...]) -> ItemFeatures
 
 
 def _user_features(data: SequenceData, columns: tuple[str, ...]) -> tuple[np.ndarray, int]:
-    """``((num_users, F) int64 IDs, vocabulary size)``; a missing attribute gets ID 0 (padding, a zero vector)."""
+    """``((num_users, F) int64 IDs, vocabulary size)``; a missing attribute gets ID 0 (one shared "unknown" row)."""
     out = np.zeros((data.num_users, len(columns)), np.int64)
     start = 1
     for f, name in enumerate(columns):
@@ -158,7 +156,7 @@ def encode_features(data: SequenceData, config: FeatureConfig) -> tuple[Sequence
     """Check ``config`` against ``data`` and encode the features -> (``data`` with :attr:`SequenceData.actions` /
     :attr:`SequenceData.user_features` set for the batches, what the model's tables need)."""
     check_features(data, config)
-    encoded = EncodedFeatures(config)
+    encoded = EncodedFeatures()
     actions = user_features = None
     if config.actions:
         actions, encoded.num_actions = _action_ids(data.ratings)

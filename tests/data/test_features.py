@@ -72,6 +72,10 @@ def test_preprocess_and_cache_keep_ratings_and_users(tmp_path):
     back = load_sequences(tmp_path / "cache")
     assert back.ratings.dtype == np.float32 and back.ratings.tolist() == data.ratings.tolist()
     pd.testing.assert_frame_equal(back.users, data.users)
+    (fresh, fresh_ids), (loaded, loaded_ids) = encode_features(data, ALL), encode_features(back, ALL)
+    assert np.array_equal(fresh_ids.items.values, loaded_ids.items.values)  # genres come back as arrays, not lists
+    assert np.array_equal(fresh.actions, loaded.actions)
+    assert np.array_equal(fresh.user_features, loaded.user_features)
 
 
 def test_encoding_hand_checked(tmp_path):
