@@ -226,6 +226,21 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
             seeds = f"{len(hstu)} / {len(sasrec)} seed(s)"
             out.append(f"- {features}: HSTU {score:.4f} vs SASRec {base:.4f} = **{score / base - 1:+.1%}** "
                        f"({verdict}; {seeds}).")
+        best = {model: max(((f, _mean(g, "test", "ndcg@10")) for (f, m), g in groups.items() if m == model),
+                           key=lambda fs: fs[1], default=None) for model in ("hstu", "sasrec")}
+        if best["hstu"] and best["sasrec"]:
+            (hf, hs), (sf, ss) = best["hstu"], best["sasrec"]
+            out.append(f"- best HSTU ({hf}) {hs:.4f} vs best SASRec ({sf}) {ss:.4f} = **{hs / ss - 1:+.1%}**.")
+        out += ["", "Each model with features against itself without, on the seeds both have (test ndcg@10):", ""]
+        for (features, model), group in sorted(groups.items()):
+            plain = {r["seed"]: r for r in groups.get(("none", model), [])}
+            shared = [r for r in group if r["seed"] in plain]
+            if features == "none" or not shared:
+                continue
+            score = statistics.mean(r["metrics"]["test"]["ndcg@10"] for r in shared)
+            base = statistics.mean(plain[r["seed"]]["metrics"]["test"]["ndcg@10"] for r in shared)
+            out.append(f"- {model} + {features}: {score:.4f} vs {base:.4f} = **{score / base - 1:+.1%}** (seed(s) "
+                       f"{', '.join(str(r['seed']) for r in shared)}).")
         out.append("")
     return out
 
