@@ -213,8 +213,14 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
         for name, b in first["baselines"].items():
             out.append(f"| – | {name} (baseline) | " + " | ".join(f"{b['test'][m]:.4f}" for m in metrics)
                        + f" | – | – | `results/{first['name']}.json` |")
-        out += ["", f"Commits: {', '.join(sorted(f'`{c[:12]}`' for c in {r['commit'] for r in runs}))}.", "",
-                f"HSTU against SASRec given the same inputs, test ndcg@10, mean over seeds (goal: the best HSTU at "
+        out += ["", f"Commits: {', '.join(sorted(f'`{c[:12]}`' for c in {r['commit'] for r in runs}))}.", ""]
+        cut = [r for r in runs if _cut_by_budget(r)]
+        if cut:
+            out += ["**Stopped by an epoch budget before early stopping** (not the presets' budget of at most 100 "
+                    "epochs; their scores may be low): " + ", ".join(
+                        f"`results/{r['name']}.json` ({r['epochs_run']} epochs, best {r['best_epoch']})"
+                        for r in sorted(cut, key=lambda r: r["name"])) + ".", ""]
+        out += [f"HSTU against SASRec given the same inputs, test ndcg@10, mean over seeds (goal: the best HSTU at "
                 f"least {goal:+.0%} over the best SASRec):", ""]
         for features in sorted({f for f, _ in groups}, key=lambda f: (f != "none", f)):
             sasrec, hstu = groups.get((features, "sasrec")), groups.get((features, "hstu"))
@@ -243,6 +249,17 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
                        f"{', '.join(str(r['seed']) for r in shared)}).")
         out.append("")
     return out
+
+
+def _cut_by_budget(run: dict) -> bool:
+    """Whether a run ended at ``trainer.max_epochs`` while early stopping would have let it go on."""
+    config = run.get("config") or {}
+    patience = ((config.get("callbacks") or {}).get("early_stopping") or {}).get("patience",
+                                                                                config.get("early_stop_patience"))
+    max_epochs = (config.get("trainer") or {}).get("max_epochs")
+    if patience is None or max_epochs is None or "epochs_run" not in run:
+        return False
+    return run["epochs_run"] >= max_epochs and run["epochs_run"] - 1 - run.get("best_epoch", 0) < patience
 
 
 def below_baselines(by_model: dict[str, list[dict]], metrics: tuple[str, ...] = ("recall@10", "ndcg@10")
