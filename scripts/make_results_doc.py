@@ -200,8 +200,9 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
             groups[(_features(r), r["model"])].append(r)
         out += [f"## Side features and actions: {dataset}", "",
                 "SASRec and HSTU (genrec's `ml100k_sasrec` / `ml100k_hstu` presets) with and without side features "
-                "(`model.features`: see README). Same protocol as the table above; test split, best validation "
-                "checkpoint, mean ± std over seeds.", "",
+                "(`model.features`: see README). Same protocol and budget rules as the table above; test split, best "
+                "validation checkpoint, mean ± std over seeds. Train times on the 2-core machine shared with other "
+                "jobs (load 7-13 while the feature runs trained, two at a time).", "",
                 "| features | model | " + " | ".join(f"test {m}" for m in metrics) + " | seeds | "
                 "epochs (best), train time | source |", "|---|---|" + "---|" * (len(metrics) + 3)]
         for (features, model), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "none", kv[0])):
@@ -232,11 +233,12 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
             seeds = f"{len(hstu)} / {len(sasrec)} seed(s)"
             out.append(f"- {features}: HSTU {score:.4f} vs SASRec {base:.4f} = **{score / base - 1:+.1%}** "
                        f"({verdict}; {seeds}).")
-        best = {model: max(((f, _mean(g, "test", "ndcg@10")) for (f, m), g in groups.items() if m == model),
-                           key=lambda fs: fs[1], default=None) for model in ("hstu", "sasrec")}
+        best = {model: max(((f, _mean(g, "test", "ndcg@10"), len(g)) for (f, m), g in groups.items() if m == model),
+                           key=lambda fsn: fsn[1], default=None) for model in ("hstu", "sasrec")}
         if best["hstu"] and best["sasrec"]:
-            (hf, hs), (sf, ss) = best["hstu"], best["sasrec"]
-            out.append(f"- best HSTU ({hf}) {hs:.4f} vs best SASRec ({sf}) {ss:.4f} = **{hs / ss - 1:+.1%}**.")
+            (hf, hs, hn), (sf, ss, sn) = best["hstu"], best["sasrec"]
+            out.append(f"- best HSTU ({hf}; {hn} seed(s)) {hs:.4f} vs best SASRec ({sf}; {sn} seed(s)) {ss:.4f} = "
+                       f"**{hs / ss - 1:+.1%}**.")
         out += ["", "Each model with features against itself without, on the seeds both have (test ndcg@10):", ""]
         for (features, model), group in sorted(groups.items()):
             plain = {r["seed"]: r for r in groups.get(("none", model), [])}
@@ -288,9 +290,11 @@ def _mean(runs: list[dict], split: str, metric: str) -> float:
 def comparison(dataset: str, by_model: dict[str, list[dict]], metric: str = "ndcg@10",
                goal: float = GOAL_OVER_SASREC) -> list[str]:
     """HSTU-family models against the SASRec configuration with the best *validation* score on the dataset (the
-    tuned one), on the mean test score over seeds; says whether the published margin (+8% NDCG@10) is reached."""
-    sasrecs = {m: runs for m, runs in by_model.items() if m.startswith("sasrec")}
-    hstus = {m: runs for m, runs in by_model.items() if m.startswith("hstu")}
+    tuned one), on the mean test score over seeds; says whether the published margin (+8% NDCG@10) is reached.
+    Item IDs only: runs with side features are compared in :func:`feature_tables`."""
+    ids_only = {m: runs for m, runs in by_model.items() if all(_features(r) == "none" for r in runs)}  # features:
+    sasrecs = {m: runs for m, runs in ids_only.items() if m.startswith("sasrec")}  # their own section
+    hstus = {m: runs for m, runs in ids_only.items() if m.startswith("hstu")}
     if not sasrecs or not hstus:
         return []
     reference = max(sasrecs, key=lambda m: _mean(sasrecs[m], "valid", metric))
