@@ -160,7 +160,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     data = datamodule.data
     log.info("data: %s (seed %d)", data.summary(), cfg.seed)
     trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
-    task = build_task(cfg, data.num_items, data.item_raw_ids)
+    task = build_task(cfg, data.num_items, data.item_raw_ids, datamodule.features)
     # a new stage starts from another run's weights (recorded in the folder); a resumed one from its own checkpoint
     if cfg.get("init_from") and not resume:
         initialized = initialize(task, cfg.init_from)

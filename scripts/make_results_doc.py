@@ -112,10 +112,20 @@ def _budget(runs: list[dict]) -> str:
     return f"{epochs:.0f} ({best:.0f}), {minutes:.0f} min" + (" after a resume" if resumed else "")
 
 
+def _features(run: dict) -> str:
+    """The side features and actions a run's model used (``model.features``), or ``"none"``."""
+    features = (run.get("config", {}).get("model") or {}).get("features") or {}
+    parts = (["actions"] if features.get("actions") else []) + [
+        f"{kind}: {', '.join(features[kind])}" for kind in ("item", "user") if features.get(kind)]
+    return " + ".join(parts) or "none"
+
+
 def _label(run: dict) -> str:
     """The model name, plus how its tables were trained when sharded (those runs are reported on their own row:
     a fused sparse optimizer and a per-process batch size make them a different training setup), or for a
-    generative model the semantic IDs it generates and its beam."""
+    generative model the semantic IDs it generates and its beam, or the side features it used."""
+    if _features(run) != "none":
+        return f"{run['model']} + features"
     if "sid_table" in run:
         sizes = "x".join(str(k) for k in run["sid_table"]["codebook_sizes"])
         tokenizer = run["sid_table"]["tokenizer"].get("tokenizer", {}).get("name", "?")
@@ -172,6 +182,89 @@ def training_tables(files: list[dict]) -> list[str]:
     return out
 
 
+def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "recall@10"),
+                   goal: float = GOAL_OVER_SASREC) -> list[str]:
+    """SASRec and HSTU with and without side features and actions (scripts/reproduce_features.sh), per dataset
+    where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec given
+    the same inputs."""
+    by_dataset = defaultdict(list)
+    for r in files:
+        sharded = ((r.get("config") or {}).get("sharding") or {}).get("type")
+        if r.get("model") in ("sasrec", "hstu") and "test" in r.get("metrics", {}) and not sharded:
+            by_dataset[r["dataset"]["dataset"]].append(r)
+    out = []
+    for dataset, runs in sorted(by_dataset.items()):
+        if all(_features(r) == "none" for r in runs):
+            continue
+        groups = defaultdict(list)
+        for r in runs:
+            groups[(_features(r), r["model"])].append(r)
+        out += [f"## Side features and actions: {dataset}", "",
+                "SASRec and HSTU (genrec's `ml100k_sasrec` / `ml100k_hstu` presets) with and without side features "
+                "(`model.features`: see README). Same protocol and budget rules as the table above; test split, best "
+                "validation checkpoint, mean ± std over seeds. Train times on the 2-core machine shared with other "
+                "jobs (load 7-13 while the feature runs trained, two at a time).", "",
+                "| features | model | " + " | ".join(f"test {m}" for m in metrics) + " | seeds | "
+                "epochs (best), train time | source |", "|---|---|" + "---|" * (len(metrics) + 3)]
+        for (features, model), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "none", kv[0])):
+            names = ", ".join(sorted(f"`results/{r['name']}.json`" for r in group))
+            out.append(f"| {features} | **{model}** | " + " | ".join(_cell([r["metrics"]["test"][m] for r in group])
+                                                                  for m in metrics)
+                       + f" | {', '.join(str(r['seed']) for r in group)} | {_budget(group)} | {names} |")
+        first = runs[0]
+        for name, b in first["baselines"].items():
+            out.append(f"| – | {name} (baseline) | " + " | ".join(f"{b['test'][m]:.4f}" for m in metrics)
+                       + f" | – | – | `results/{first['name']}.json` |")
+        out += ["", f"Commits: {', '.join(sorted(f'`{c[:12]}`' for c in {r['commit'] for r in runs}))}.", ""]
+        cut = [r for r in runs if _cut_by_budget(r)]
+        if cut:
+            out += ["**Stopped by an epoch budget before early stopping** (not the presets' budget of at most 100 "
+                    "epochs; their scores may be low): " + ", ".join(
+                        f"`results/{r['name']}.json` ({r['epochs_run']} epochs, best {r['best_epoch']})"
+                        for r in sorted(cut, key=lambda r: r["name"])) + ".", ""]
+        out += [f"HSTU against SASRec given the same inputs, test ndcg@10, mean over seeds (goal: the best HSTU at "
+                f"least {goal:+.0%} over the best SASRec):", ""]
+        for features in sorted({f for f, _ in groups}, key=lambda f: (f != "none", f)):
+            sasrec, hstu = groups.get((features, "sasrec")), groups.get((features, "hstu"))
+            if not sasrec or not hstu:
+                out.append(f"- {features}: not measured for both models.")
+                continue
+            base, score = _mean(sasrec, "test", "ndcg@10"), _mean(hstu, "test", "ndcg@10")
+            verdict = "goal met" if score / base - 1 >= goal else "goal **not** met"
+            seeds = f"{len(hstu)} / {len(sasrec)} seed(s)"
+            out.append(f"- {features}: HSTU {score:.4f} vs SASRec {base:.4f} = **{score / base - 1:+.1%}** "
+                       f"({verdict}; {seeds}).")
+        best = {model: max(((f, _mean(g, "test", "ndcg@10"), len(g)) for (f, m), g in groups.items() if m == model),
+                           key=lambda fsn: fsn[1], default=None) for model in ("hstu", "sasrec")}
+        if best["hstu"] and best["sasrec"]:
+            (hf, hs, hn), (sf, ss, sn) = best["hstu"], best["sasrec"]
+            out.append(f"- best HSTU ({hf}; {hn} seed(s)) {hs:.4f} vs best SASRec ({sf}; {sn} seed(s)) {ss:.4f} = "
+                       f"**{hs / ss - 1:+.1%}**.")
+        out += ["", "Each model with features against itself without, on the seeds both have (test ndcg@10):", ""]
+        for (features, model), group in sorted(groups.items()):
+            plain = {r["seed"]: r for r in groups.get(("none", model), [])}
+            shared = [r for r in group if r["seed"] in plain]
+            if features == "none" or not shared:
+                continue
+            score = statistics.mean(r["metrics"]["test"]["ndcg@10"] for r in shared)
+            base = statistics.mean(plain[r["seed"]]["metrics"]["test"]["ndcg@10"] for r in shared)
+            out.append(f"- {model} + {features}: {score:.4f} vs {base:.4f} = **{score / base - 1:+.1%}** (seed(s) "
+                       f"{', '.join(str(r['seed']) for r in shared)}).")
+        out.append("")
+    return out
+
+
+def _cut_by_budget(run: dict) -> bool:
+    """Whether a run ended at ``trainer.max_epochs`` while early stopping would have let it go on."""
+    config = run.get("config") or {}
+    patience = ((config.get("callbacks") or {}).get("early_stopping") or {}).get("patience",
+                                                                                config.get("early_stop_patience"))
+    max_epochs = (config.get("trainer") or {}).get("max_epochs")
+    if patience is None or max_epochs is None or "epochs_run" not in run:
+        return False
+    return run["epochs_run"] >= max_epochs and run["epochs_run"] - 1 - run.get("best_epoch", 0) < patience
+
+
 def below_baselines(by_model: dict[str, list[dict]], metrics: tuple[str, ...] = ("recall@10", "ndcg@10")
                     ) -> list[str]:
     """Say plainly, per metric, which models do not beat the best genrec-measured baseline (mean test score over
@@ -198,9 +291,11 @@ def _mean(runs: list[dict], split: str, metric: str) -> float:
 def comparison(dataset: str, by_model: dict[str, list[dict]], metric: str = "ndcg@10",
                goal: float = GOAL_OVER_SASREC) -> list[str]:
     """HSTU-family models against the SASRec configuration with the best *validation* score on the dataset (the
-    tuned one), on the mean test score over seeds; says whether the published margin (+8% NDCG@10) is reached."""
-    sasrecs = {m: runs for m, runs in by_model.items() if m.startswith("sasrec")}
-    hstus = {m: runs for m, runs in by_model.items() if m.startswith("hstu")}
+    tuned one), on the mean test score over seeds; says whether the published margin (+8% NDCG@10) is reached.
+    Item IDs only: runs with side features are compared in :func:`feature_tables`."""
+    ids_only = {m: runs for m, runs in by_model.items() if all(_features(r) == "none" for r in runs)}  # features:
+    sasrecs = {m: runs for m, runs in ids_only.items() if m.startswith("sasrec")}  # their own section
+    hstus = {m: runs for m, runs in ids_only.items() if m.startswith("hstu")}
     if not sasrecs or not hstus:
         return []
     reference = max(sasrecs, key=lambda m: _mean(sasrecs[m], "valid", metric))
@@ -1345,6 +1440,7 @@ def main() -> None:
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
     lines += data_stats_tables(files)
     lines += training_tables(files)
+    lines += feature_tables(files)
     lines += post_training_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)

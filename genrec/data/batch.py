@@ -15,6 +15,8 @@ from torch.utils.data import Dataset
 from genrec.data.schema import SequenceData
 
 ITEM_FEATURE = "item"
+ACTION_FEATURE = "action"
+USER_FEATURE = "user"
 
 
 @dataclass
@@ -31,6 +33,8 @@ class JaggedBatch:
             last position of an evaluation sequence, the target's time), or ``None``.
         seen_ids / seen_offsets: jagged ``(S,)`` / ``(B + 1,)`` every item in the user's history before the target
             (not truncated), for removing seen items from a ranking; ``None`` for training batches.
+        actions: ``(N,)`` int64 action ID of every input event (never the target's), or ``None``.
+        user_features: ``(B, F)`` int64 user feature IDs of every sequence, or ``None``.
     """
 
     item_ids: torch.Tensor
@@ -41,6 +45,8 @@ class JaggedBatch:
     query_timestamps: torch.Tensor | None = None
     seen_ids: torch.Tensor | None = None
     seen_offsets: torch.Tensor | None = None
+    actions: torch.Tensor | None = None
+    user_features: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -64,10 +70,20 @@ class JaggedBatch:
         return replace(self, **{k: v.to(device, non_blocking=True) for k, v in moved.items() if v is not None})
 
     def to_kjt(self):
-        """The input items as a TorchRec KeyedJaggedTensor with the single key ``"item"``."""
+        """The inputs as a TorchRec KeyedJaggedTensor: key ``"item"``, then ``"action"`` (jagged like the items)
+        and ``"user"`` (``F`` IDs per sequence) when the batch carries them."""
         from torchrec import KeyedJaggedTensor
 
-        return KeyedJaggedTensor.from_offsets_sync(keys=[ITEM_FEATURE], values=self.item_ids, offsets=self.offsets)
+        if self.actions is None and self.user_features is None:
+            return KeyedJaggedTensor.from_offsets_sync(keys=[ITEM_FEATURE], values=self.item_ids, offsets=self.offsets)
+        parts = {ITEM_FEATURE: (self.item_ids, self.lengths)}
+        if self.actions is not None:
+            parts[ACTION_FEATURE] = (self.actions, self.lengths)
+        if self.user_features is not None:
+            parts[USER_FEATURE] = (self.user_features.reshape(-1),
+                                   self.lengths.new_full((self.batch_size,), self.user_features.shape[1]))
+        return KeyedJaggedTensor.from_lengths_sync(keys=list(parts), values=torch.cat([v for v, _ in parts.values()]),
+                                                   lengths=torch.cat([n for _, n in parts.values()]))
 
 
 @dataclass
@@ -78,6 +94,18 @@ class _Example:
     times: np.ndarray | None
     query_times: np.ndarray | None
     seen: np.ndarray | None
+    actions: np.ndarray | None = None
+    user_features: np.ndarray | None = None
+
+
+def _with_features(example: _Example, data: SequenceData, start: int, end: int) -> _Example:
+    """``example`` (inputs ``data.item_ids[start:end]``) with the actions of those inputs and the user's features,
+    when ``data`` has them."""
+    if data.actions is not None:
+        example.actions = data.actions[start:end]
+    if data.user_features is not None:
+        example.user_features = data.user_features[example.user]
+    return example
 
 
 class TrainSequences(Dataset):
@@ -103,8 +131,8 @@ class TrainSequences(Dataset):
         start = max(start, end - self.max_len - 1)
         seq = self.data.item_ids[start:end]
         ts = self.data.timestamps
-        return _Example(u, seq[:-1], seq[1:], None if ts is None else ts[start:end - 1],
-                        None if ts is None else ts[start + 1:end], None)
+        return _with_features(_Example(u, seq[:-1], seq[1:], None if ts is None else ts[start:end - 1],
+                                        None if ts is None else ts[start + 1:end], None), self.data, start, end - 1)
 
 
 class TrainPrefixes(Dataset):
@@ -130,8 +158,9 @@ class TrainPrefixes(Dataset):
         u, end = int(self.users[idx]), int(self.ends[idx])
         start = max(int(self.data.offsets[u]), end - self.max_len)
         ts = self.data.timestamps
-        return _Example(u, self.data.item_ids[start:end], self.data.item_ids[end:end + 1],
-                        None if ts is None else ts[start:end], None if ts is None else ts[start + 1:end + 1], None)
+        return _with_features(_Example(u, self.data.item_ids[start:end], self.data.item_ids[end:end + 1],
+                                        None if ts is None else ts[start:end],
+                                        None if ts is None else ts[start + 1:end + 1], None), self.data, start, end)
 
 
 class EvalSequences(Dataset):
@@ -156,9 +185,10 @@ class EvalSequences(Dataset):
         first, target = int(self.data.offsets[u]), int(self.data.offsets[u + 1]) - self.held_out
         start = max(first, target - self.max_len)
         ts = self.data.timestamps
-        return _Example(u, self.data.item_ids[start:target], self.data.item_ids[target:target + 1],
-                        None if ts is None else ts[start:target], None if ts is None else ts[start + 1:target + 1],
-                        self.data.item_ids[first:target])
+        return _with_features(_Example(u, self.data.item_ids[start:target], self.data.item_ids[target:target + 1],
+                                        None if ts is None else ts[start:target],
+                                        None if ts is None else ts[start + 1:target + 1],
+                                        self.data.item_ids[first:target]), self.data, start, target)
 
 
 def _jagged(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,4 +211,7 @@ def collate(examples: list[_Example]) -> JaggedBatch:
         query_timestamps=_jagged([e.query_times for e in examples])[0] if has_time else None,
         seen_ids=seen_ids,
         seen_offsets=seen_offsets,
+        actions=_jagged([e.actions for e in examples])[0] if examples[0].actions is not None else None,
+        user_features=torch.from_numpy(np.stack([e.user_features for e in examples]))
+        if examples[0].user_features is not None else None,
     )

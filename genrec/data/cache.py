@@ -1,7 +1,8 @@
 """Processed datasets cached as Parquet, keyed by the reader config, the preprocessing config and the input files.
 
 A cache entry is a folder ``<cache_dir>/<name>-<key>/`` with ``interactions.parquet`` (user, item, timestamp in
-sequence order), ``items.parquet`` (dense ID, raw ID, content), ``users.parquet`` and ``meta.json``.
+sequence order; plus ``rating`` when the data has ratings), ``items.parquet`` (dense ID, raw ID, content),
+``users.parquet`` (raw ID, attributes) and ``meta.json``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from genrec.data.schema import InteractionLog, SequenceData
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: ratings and user attributes kept
 
 
 def _fingerprint(value: Any) -> Any:
@@ -62,14 +63,20 @@ def save_sequences(data: SequenceData, folder: Path) -> None:
     columns = {"user": users, "item": data.item_ids}
     if data.timestamps is not None:
         columns["timestamp"] = data.timestamps
+    if data.ratings is not None:
+        columns["rating"] = data.ratings
     # straight from the arrays (no DataFrame copy): a 100M-event dataset stays within its own size plus users
     pq.write_table(pa.table(columns), folder / "interactions.parquet")
     items = pd.DataFrame({"raw_id": data.item_raw_ids[1:]}, index=pd.RangeIndex(1, data.num_items + 1, name="item"))
     if data.items is not None:
         items = items.join(data.items)
     items.to_parquet(folder / "items.parquet")
-    pd.DataFrame({"raw_id": data.user_raw_ids}).to_parquet(folder / "users.parquet", index=False)
-    meta = {"name": data.name, "has_items": data.items is not None, "version": CACHE_VERSION}
+    users = pd.DataFrame({"raw_id": data.user_raw_ids})
+    if data.users is not None:
+        users = users.join(data.users.reset_index(drop=True))
+    users.to_parquet(folder / "users.parquet", index=False)
+    meta = {"name": data.name, "has_items": data.items is not None, "has_users": data.users is not None,
+            "version": CACHE_VERSION}
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
@@ -89,6 +96,8 @@ def load_sequences(folder: Path) -> SequenceData:
         item_raw_ids=item_raw_ids,
         user_raw_ids=users["raw_id"].to_numpy(),
         items=items.drop(columns="raw_id") if meta["has_items"] else None,
+        ratings=inter["rating"].to_numpy(np.float32) if "rating" in inter.columns else None,
+        users=users.drop(columns="raw_id").rename_axis("user") if meta["has_users"] else None,
     )
 
 

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences, collate
 from genrec.data.cache import load_or_build
+from genrec.data.features import EncodedFeatures, FeatureConfig, encode_features
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
@@ -59,6 +60,9 @@ class SequenceDataModule(L.LightningDataModule):
         bucket_by_length: batch sequences of similar length together, to cut padding: shuffled length buckets for
             training (:class:`TrainBatchSampler`), evaluation users sorted by history length (one process only;
             several processes evaluate in the usual order).
+        features: the side features and actions a model uses (``model.features``, see
+            :mod:`genrec.data.features`); ``setup`` checks them against the data and encodes them into
+            :attr:`features`, and the batches carry the actions and user features.
 
     Under a Trainer with several processes each loader serves this process's share (the Trainer runs with
     ``use_distributed_sampler=False``): training users are shuffled and split by :class:`TrainBatchSampler` (batch
@@ -69,7 +73,7 @@ class SequenceDataModule(L.LightningDataModule):
     def __init__(self, reader: dict | DictConfig, preprocess: dict | DictConfig | None = None, max_len: int = 50,
                  batch_size: int = 128, eval_batch_size: int = 512, num_workers: int = 0,
                  cache_dir: str | None = None, seed: int = 0, train_examples: str = "sequences",
-                 bucket_by_length: bool = False):
+                 bucket_by_length: bool = False, features: dict | DictConfig | None = None):
         super().__init__()
         if train_examples not in TRAIN_EXAMPLES:
             raise UserError(f"train_examples must be one of {TRAIN_EXAMPLES}, got {train_examples!r}")
@@ -77,13 +81,18 @@ class SequenceDataModule(L.LightningDataModule):
         self.reader, self.preprocess = _plain(reader), _plain(preprocess) or {}
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
+        self.feature_config = FeatureConfig.from_config(_plain(features))
         self.data: SequenceData | None = None
         #: the training loader's collation into genrec.dist.pipeline's SparseBatches (set by a pipelined task)
         self.train_collate: SparseCollate | None = None
+        self.features: EncodedFeatures | None = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
-            self.data = load_dataset(self.reader, self.preprocess, self.cache_dir)
+            data = load_dataset(self.reader, self.preprocess, self.cache_dir)
+            if self.feature_config.enabled:
+                data, self.features = encode_features(data, self.feature_config)
+            self.data = data
 
     def _rank_and_world(self) -> tuple[int, int]:
         return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)

@@ -5,7 +5,8 @@ The format is detected from the files in the folder:
 * **100K** — ``u.data``: ``user<TAB>item<TAB>rating<TAB>timestamp`` (``196	242	3	881250949``);
   ``u.item`` (latin-1): ``id|title|release date|video release date|URL|`` + one 0/1 flag per genre
   (``1|Toy Story (1995)|01-Jan-1995||http://us.imdb.com/...|0|0|0|1|1|1|0|...``); genre names from ``u.genre``
-  (``Action|1``) when present, else the standard 19.
+  (``Action|1``) when present, else the standard 19; ``u.user``: ``id|age|gender|occupation|zip code``
+  (``1|24|M|technician|85711``).
 * **1M / 10M** — ``ratings.dat``: ``user::item::rating::timestamp`` (``1::1193::5::978300760``);
   ``movies.dat`` (latin-1): ``id::title::Genre|Genre`` (``1::Toy Story (1995)::Animation|Children's|Comedy``).
 * **20M / 25M / latest** — ``ratings.csv`` with header ``userId,movieId,rating,timestamp`` (``1,296,5.0,1147880044``);
@@ -48,14 +49,17 @@ def read_movielens(path: str, name: str | None = None) -> InteractionLog:
 
     Returns events ``user, item, timestamp`` (int64) and ``rating`` (float32) in file order, and items indexed by
     movie ID with ``title``, ``genres`` (list of str) and, for 100K, ``release_date`` (str as in the file,
-    ``""`` when unknown). ``name`` defaults to the folder name.
+    ``""`` when unknown); for 100K also users indexed by user ID with ``age`` (int64), ``gender``, ``occupation``
+    and ``zip_code`` (str), when ``u.user`` is present. ``name`` defaults to the folder name.
     """
     folder = Path(path)
     if not folder.is_dir():
         raise DataError(folder, "expected a MovieLens folder (with u.data, ratings.dat or ratings.csv), "
                                 + ("found a file" if folder.exists() else "it does not exist"))
+    users = None
     if (folder / "u.data").exists():
         events, items = _ratings(folder / "u.data", "\t"), _optional(folder / "u.item", _movies_100k)
+        users = _users_100k(folder / "u.user") if (folder / "u.user").exists() else None
     elif (folder / "ratings.dat").exists():
         events, items = _ratings(folder / "ratings.dat", "::"), _optional(folder / "movies.dat", _movies_dat)
     elif (folder / "ratings.csv").exists():
@@ -68,7 +72,7 @@ def read_movielens(path: str, name: str | None = None) -> InteractionLog:
         present = sorted(p.name for p in folder.iterdir())
         raise DataError(folder, "no MovieLens ratings file: expected u.data (100K), ratings.dat (1M/10M) or "
                                 f"ratings.csv (20M/25M); files present: {present}")
-    return InteractionLog(name=name or folder.name, events=events, items=items, source=str(folder))
+    return InteractionLog(name=name or folder.name, events=events, items=items, source=str(folder), users=users)
 
 
 def _ratings(path: Path, delimiter: str) -> pd.DataFrame:
@@ -147,6 +151,25 @@ def _movies_100k(path: Path) -> pd.DataFrame:
             "release_date": fields[2],
         })
     return _to_frame(path, rows)
+
+
+def _users_100k(path: Path) -> pd.DataFrame:
+    rows, lines = {}, {}
+    for number, line in iter_lines(path, "latin-1"):
+        if not line.strip():
+            continue
+        user, age, gender, occupation, zip_code = split_fields(path, number, line, "|",
+                                                               ["user id", "age", "gender", "occupation", "zip code"])
+        user_id = parse_int(path, number, user, "user ID")
+        if user_id in rows:
+            raise DataError(path, f"user ID {user_id} repeats the one on line {lines[user_id]}", line=number)
+        rows[user_id], lines[user_id] = {"age": parse_int(path, number, age, "age"), "gender": gender,
+                                         "occupation": occupation, "zip_code": zip_code}, number
+    if not rows:
+        raise DataError(path, "the file has no users")
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index = frame.index.astype(np.int64).rename(USER)
+    return frame
 
 
 def _split_genres(value: str) -> list[str]:

@@ -115,6 +115,18 @@ def _dense_content(items: pd.DataFrame | None, item_raw: np.ndarray | pd.Index, 
     return dense
 
 
+def _dense_users(users: pd.DataFrame | None, user_raw: np.ndarray | pd.Index, name: str) -> pd.DataFrame | None:
+    """User attributes re-indexed by user index ``0..len(user_raw)-1`` (rows missing from ``users`` stay empty)."""
+    if users is None:
+        return None
+    present = pd.Index(user_raw).isin(users.index)
+    if not present.all():
+        log.warning("%s: %d of %d users have no attribute row", name, int((~present).sum()), len(user_raw))
+    dense = users.reindex(pd.Index(user_raw))
+    dense.index = pd.RangeIndex(len(user_raw), name=USER)
+    return dense
+
+
 def _raw_ids(item_raw: np.ndarray) -> np.ndarray:
     """``(I + 1,)`` object array: ``None`` (the padding slot), then the raw item IDs in dense order."""
     out = np.empty(len(item_raw) + 1, dtype=object)
@@ -151,6 +163,8 @@ def build_sequences(log_: InteractionLog | ParquetEventLog, cfg: PreprocessConfi
         item_raw_ids=_raw_ids(np.asarray(item_raw)),
         user_raw_ids=np.asarray(user_raw),
         items=_dense_content(log_.items, item_raw, log_.name),
+        ratings=events[RATING].to_numpy(np.float32)[order] if RATING in events.columns else None,
+        users=_dense_users(log_.users, user_raw, log_.name),
     )
     log.info("%s: %s", log_.name, data.summary())
     return data

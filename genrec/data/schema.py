@@ -40,6 +40,8 @@ class InteractionLog:
             dataset has no content.
         source: where the events came from (path or a description), used in error messages.
         feature_columns: names of extra per-interaction columns carried through preprocessing.
+        users: user attributes indexed by raw user ID (same dtype as ``events.user``), e.g. MovieLens-100K's
+            ``age`` (int), ``gender``, ``occupation``, ``zip_code`` (str); ``None`` when the dataset has none.
     """
 
     name: str
@@ -47,6 +49,7 @@ class InteractionLog:
     items: pd.DataFrame | None = None
     source: str = ""
     feature_columns: list[str] = field(default_factory=list)
+    users: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         missing = [c for c in (USER, ITEM) if c not in self.events.columns]
@@ -74,6 +77,12 @@ class SequenceData:
         item_raw_ids: ``(num_items + 1,)`` raw item ID of each dense ID; entry 0 is the padding slot.
         user_raw_ids: ``(num_users,)`` raw user ID of each user index.
         items: item content indexed by dense item ID (``1..num_items``), or ``None``.
+        ratings: ``(sum_u N_u,)`` float32 rating of every event, aligned with ``item_ids``, or ``None``.
+        users: user attributes indexed by user index (``0..num_users-1``), or ``None``.
+        actions: ``(sum_u N_u,)`` int64 action ID of every event (``1..``; set by
+            :func:`genrec.data.features.encode_features` when a model uses actions), else ``None``.
+        user_features: ``(num_users, F)`` int64 IDs of the user features a model uses (set by
+            :func:`genrec.data.features.encode_features`), else ``None``.
     """
 
     name: str
@@ -83,6 +92,10 @@ class SequenceData:
     item_raw_ids: np.ndarray
     user_raw_ids: np.ndarray
     items: pd.DataFrame | None = None
+    ratings: np.ndarray | None = None
+    users: pd.DataFrame | None = None
+    actions: np.ndarray | None = None
+    user_features: np.ndarray | None = None
 
     @property
     def num_users(self) -> int:

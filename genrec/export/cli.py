@@ -45,6 +45,7 @@ from genrec.export.tower import QuantizedItemTable, UserTower, export_onnx, expo
 from genrec.conf import CONF_MODULE
 from genrec.embedding.dynamic import DynamicItemEmbedding
 from genrec.embedding.dynamic.export import export_rows
+from genrec.data.features import FeatureConfig
 from genrec.errors import ConfigError, UserError
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
@@ -252,6 +253,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     allowed = TRUSTED_TARGETS + tuple(cfg.trusted_targets)
     ckpt = RunFolder.existing(run_dir).checkpoint(cfg.checkpoint)  # checked before the data loads
+    if FeatureConfig.from_config(RunFolder(run_dir).config(allowed).model.get("features")).enabled:
+        raise ConfigError("run_dir", f"{run_dir} was trained with side features (model.features): the export of "
+                                     "feature models is not supported yet")
     train_cfg, datamodule, task = load_run(run_dir, ckpt, allowed)
     model, data = task.model, datamodule.data
     out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dir / "export"

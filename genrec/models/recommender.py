@@ -8,6 +8,7 @@ from torch import nn
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import PAD_ITEM
 from genrec.embedding import ItemEmbedding
+from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import UserError
 from genrec.models.encoder import SequenceEncoder
 
@@ -21,15 +22,19 @@ class SequentialRecommender(nn.Module):
         item_embedding: the item table (unsharded :class:`ItemEmbedding`, or a sharded one with the same interface).
         encoder: any :class:`SequenceEncoder` of the same width.
         similarity: ``"dot"`` or ``"cosine"`` (both sides L2-normalised); the loss and the ranking use the same.
+        features: side features and actions (:class:`FeatureEmbedding`), or ``None``: item IDs only. Item side
+            features are added to the item's vector on both sides; actions and user features to the inputs only.
     """
 
-    def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot"):
+    def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot",
+                 features: FeatureEmbedding | None = None):
         super().__init__()
         if similarity not in SIMILARITIES:
             raise UserError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
         if item_embedding.dim != encoder.dim:
             raise UserError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
         self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, similarity
+        self.features = features
 
     @property
     def num_items(self) -> int:
@@ -38,9 +43,31 @@ class SequentialRecommender(nn.Module):
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(x, dim=-1) if self.similarity == "cosine" else x
 
+    def _add_features(self, batch: JaggedBatch, features, inputs: torch.Tensor, lookup: torch.Tensor | None = None,
+                      items: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``inputs (N, D)`` and the looked-up ``items (*, D)`` of ``lookup (*,)`` with the side features added
+        (one call into the feature tables); unchanged without features."""
+        if self.features is None:
+            return inputs, items
+        per_position, side = self.features(features)
+        if per_position is not None:
+            inputs = inputs + per_position
+        if side is not None:
+            inputs = inputs + side[batch.item_ids]
+            items = None if items is None else items + side[lookup]
+        return inputs, items
+
+    def _item_side(self, ids: torch.Tensor | None = None) -> torch.Tensor | None:
+        """What item side features add to the vectors of ``ids (*,)`` (all items when ``None``), or ``None``."""
+        if self.features is None or not self.features.has_item_side:
+            return None
+        side = self.features(None)[1]
+        return side if ids is None else side[ids]
+
     def encode(self, batch: JaggedBatch) -> torch.Tensor:
         """``(N, D)`` user state after every position of the batch (normalised for cosine similarity)."""
-        embeddings = self.item_embedding(batch.to_kjt())
+        features = batch.to_kjt()
+        embeddings, _ = self._add_features(batch, features, self.item_embedding(features))
         return self._norm(self.encoder(embeddings, batch.offsets, batch.timestamps, batch.query_timestamps))
 
     def training_loss(self, batch: JaggedBatch, loss: nn.Module) -> torch.Tensor:
@@ -49,14 +76,16 @@ class SequentialRecommender(nn.Module):
         are looked up together: one call into the embedding collection per step."""
         item_ids = loss.item_ids(batch.target_ids, self.num_items)  # None: the whole table
         lookup = self.item_embedding.all_ids if item_ids is None else item_ids
-        inputs, items = self.item_embedding.forward_with_items(batch.to_kjt(), lookup)
+        features = batch.to_kjt()
+        inputs, items = self.item_embedding.forward_with_items(features, lookup)
+        inputs, items = self._add_features(batch, features, inputs, lookup, items)
         return self.loss_from_embeddings(batch, loss, item_ids, inputs, items)
 
     def loss_from_embeddings(self, batch: JaggedBatch, loss: nn.Module, item_ids: torch.Tensor | None,
                              inputs: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """The rest of :meth:`training_loss` once the ``(N, D)`` input embeddings and the ``(C, D)`` embeddings of
         ``item_ids`` (``None``: the whole table, ``C = num_items + 1``) were looked up (genrec.dist.pipeline looks
-        them up ahead, from a batch that carries them as a KeyedJaggedTensor)."""
+        them up ahead, from a batch that carries them as a KeyedJaggedTensor; side features are refused there)."""
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
         return loss(states, batch.target_ids, item_ids, self._norm(items))
 
@@ -66,11 +95,13 @@ class SequentialRecommender(nn.Module):
 
     def item_vectors(self, ids: torch.Tensor) -> torch.Tensor:
         """``(*,)`` item IDs -> ``(*, D)`` vectors on the scoring side."""
-        return self._norm(self.item_embedding.lookup(ids))
+        vectors, side = self.item_embedding.lookup(ids), self._item_side(ids)
+        return self._norm(vectors if side is None else vectors + side)
 
     def all_item_vectors(self) -> torch.Tensor:
         """``(num_items + 1, D)`` every item's vector (row 0 is padding)."""
-        return self._norm(self.item_embedding.table())
+        table, side = self.item_embedding.table(), self._item_side()
+        return self._norm(table if side is None else table + side)
 
     def score_all(self, batch: JaggedBatch, item_vectors: torch.Tensor | None = None) -> torch.Tensor:
         """``(B, num_items + 1)`` score of every item for each sequence; the padding column is ``-inf``.

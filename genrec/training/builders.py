@@ -11,9 +11,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from genrec.data.datamodule import SequenceDataModule, load_dataset
+from genrec.data.features import EncodedFeatures, FeatureConfig
 from genrec.dist import ShardingConfig
 from genrec.dist.checkpoint import load_weights, read_meta
 from genrec.embedding import ItemEmbedding
+from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import ConfigError, DataError
 from genrec.models.recommender import SequentialRecommender
 from genrec.runs import CHECKPOINT_DIR, TRUSTED_TARGETS, RunFolder, file_digest
@@ -35,7 +37,8 @@ def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
     return SequenceDataModule(reader=d.reader, preprocess=d.preprocess, max_len=d.max_len,
                               batch_size=d.batch_size, eval_batch_size=d.eval_batch_size,
                               num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed,
-                              train_examples=examples, bucket_by_length=cfg.model.get("bucket_by_length", False))
+                              train_examples=examples, bucket_by_length=cfg.model.get("bucket_by_length", False),
+                              features=cfg.model.get("features"))
 
 
 def load_sid_table(cfg: DictConfig, item_raw_ids: np.ndarray) -> SIDTable:
@@ -54,10 +57,23 @@ def _task_settings(cfg: DictConfig) -> dict:
             "exclude_history": cfg.eval.exclude_history}
 
 
-def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None) -> RetrievalTask:
+def _feature_embedding(cfg: DictConfig, features: EncodedFeatures | None) -> FeatureEmbedding | None:
+    """The model's side-feature tables when ``model.features`` turns any on (``features``: the data module's)."""
+    if not FeatureConfig.from_config(cfg.model.get("features")).enabled:
+        return None
+    if features is None:
+        raise ValueError(f"model={cfg.model.name} uses side features: build_task needs the data module's features")
+    if cfg.get("sharding") and cfg.sharding.get("type"):
+        raise ConfigError("model.features", f"sharding={cfg.sharding.type}: side features run unsharded only; "
+                                            "train with sharding=none or turn model.features off")
+    return FeatureEmbedding(features, cfg.model.dim, cfg.model.embedding.get("init_std", 0.02))
+
+
+def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
+                    features: EncodedFeatures | None = None) -> RetrievalTask:
     m = cfg.model
     model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
-                                  similarity=m.similarity)
+                                  similarity=m.similarity, features=_feature_embedding(cfg, features))
     if cfg.get("sharding") and ShardingConfig.from_config(cfg.sharding).pipelined:
         if not isinstance(model.item_embedding, ItemEmbedding):
             raise ConfigError("sharding.pipeline", f"sparse_dist pipelines sharded static tables; model={m.name} "
@@ -68,7 +84,8 @@ def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | 
     return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
 
 
-def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None) -> GenerativeTask:
+def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
+                     features: EncodedFeatures | None = None) -> GenerativeTask:
     m = cfg.model
     if item_raw_ids is None or len(item_raw_ids) != num_items + 1:
         raise ValueError(f"model={m.name}: build_task needs the dataset's {num_items + 1} item_raw_ids")
@@ -102,6 +119,9 @@ def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int)
     if cfg.model.get("kind", "retrieval") != "retrieval":
         raise ConfigError("distill.teacher", f"{distill.teacher} trained model={cfg.model.name}; the teacher must be "
                                              "a retrieval model (sasrec, hstu) scoring every item")
+    if FeatureConfig.from_config(cfg.model.get("features")).enabled:
+        raise ConfigError("distill.teacher", f"{distill.teacher} uses side features (model.features); a teacher "
+                                             "reads item IDs only")
     if cfg.data.max_len < max_len:
         raise ConfigError("distill.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
                                              f"data.max_len is {max_len}")
@@ -143,13 +163,14 @@ TASK_BUILDERS: dict[str, Callable[..., RecommenderTask]] = {"retrieval": _retrie
                                                               "generative": _generative_task}
 
 
-def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None = None) -> RecommenderTask:
+def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None = None,
+               features: EncodedFeatures | None = None) -> RecommenderTask:
     """The LightningModule of ``cfg.model``; generative models need the dataset's ``item_raw_ids`` to check their
-    SID table."""
+    SID table, retrieval models with ``model.features`` on the data module's encoded ``features``."""
     kind = cfg.model.get("kind", "retrieval")
     if kind not in TASK_BUILDERS:
         raise ConfigError("model.kind", f"got {kind!r}, expected one of {sorted(TASK_BUILDERS)}")
-    return TASK_BUILDERS[kind](cfg, num_items, item_raw_ids)
+    return TASK_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tuple[str, ...] = TRUSTED_TARGETS):
@@ -162,7 +183,8 @@ def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tupl
     path = checkpoint if isinstance(checkpoint, Path) else run.checkpoint(checkpoint)
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    task = build_task(private_stores(cfg), datamodule.data.num_items, datamodule.data.item_raw_ids)
+    task = build_task(private_stores(cfg), datamodule.data.num_items, datamodule.data.item_raw_ids,
+                      datamodule.features)
     load_weights(path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
     load_tables(task, path)  # dynamic embedding tables, from the snapshot beside the checkpoint
     return cfg, datamodule, task.eval()
