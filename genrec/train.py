@@ -30,8 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.cli import format_table, metric_columns, run_cli
 from genrec.conf import CONF_MODULE
-from genrec.dist import TorchRecStrategy
 from genrec.data.split import PROTOCOLS, SplitConfig, split_summary
+from genrec.dist import TorchRecStrategy
 from genrec.dist.checkpoint import read_meta
 from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
