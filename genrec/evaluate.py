@@ -46,10 +46,10 @@ def _evaluate(score_fn, datamodule, cfg: DictConfig, ks: tuple[int, ...], exclud
 
 def _same_dataset(first, second, first_dir: Path, second_dir: Path) -> None:
     a, b = first.data, second.data
-    if a.summary() != b.summary() or not np.array_equal(a.item_raw_ids, b.item_raw_ids):
-        raise UserError(f"compare_to: {second_dir / 'config.yaml'} was trained on {b.summary()}, but "
-                         f"{first_dir / 'config.yaml'} on {a.summary()}: runs compared side by side need the same "
-                         "dataset and item IDs")
+    if a.summary() != b.summary() or not np.array_equal(a.item_raw_ids, b.item_raw_ids) or a.split != b.split:
+        raise UserError(f"compare_to: {second_dir / 'config.yaml'} was trained on {b.summary()} split {b.split}, "
+                         f"but {first_dir / 'config.yaml'} on {a.summary()} split {a.split}: runs compared side by "
+                         "side need the same dataset, item IDs and split")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.cli import continue_in_run_folder, format_table, metric_columns, run_cli
 from genrec.conf import CONF_MODULE
+from genrec.data.split import PROTOCOLS, SplitConfig, split_summary
 from genrec.dist import TorchRecStrategy
 from genrec.dist.checkpoint import read_meta
 from genrec.errors import ConfigError, UserError
@@ -111,6 +112,7 @@ def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
     """Everything checkable before the data loads -> the checkpoint to resume from (or None)."""
     check_train_config(cfg)
     check_table_config(cfg)
+    SplitConfig.from_config(cfg.data.get("split"))
     unknown = [b for b in cfg.baselines if b not in BASELINES]
     if unknown:
         raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")
@@ -187,8 +189,9 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "dataset": data.summary(),
         "model": cfg.model.name,
         "seed": cfg.seed,
-        "protocol": {"split": "leave-one-out (valid: second-to-last, test: last)", "ranking": "full corpus",
-                     "exclude_history": cfg.eval.exclude_history, "monitor": best.monitor},
+        "protocol": {"split": PROTOCOLS[data.split["kind"]], "ranking": "full corpus",
+                     "exclude_history": cfg.eval.exclude_history, "monitor": best.monitor,
+                     "split_details": split_summary(data)},
         **task.run_info(),
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
@@ -219,8 +222,10 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
     for line in task.notes(metrics["metrics"]["test"]):
         print(f"\n{line}")
-    print(f"\nTest metrics on {data.name} ({data.num_users} users, {data.num_items} items; full-corpus ranking, "
-          f"history {'removed' if cfg.eval.exclude_history else 'kept'}):\n"
+    tested = metrics["protocol"]["split_details"]["users_evaluated"]["test"]
+    history = "removed" if cfg.eval.exclude_history else "kept"
+    print(f"\nTest metrics on {data.name} ({tested} of {data.num_users} users tested, {data.num_items} items; "
+          f"{data.split['kind']} split, full-corpus ranking, history {history}):\n"
           f"{format_table(rows, metric_columns(cfg.eval.ks))}\nrun folder: {run_dir}")
     return metrics
 

@@ -228,17 +228,14 @@ class TimeSplit:
                 "new": (first >= self.t1) & (first < self.t2), "unseen": first >= self.t2}
 
     def baseline_data(self, end: int):
-        """The events before ``end`` as a SequenceData whose held-out tail (the two items genrec's baselines leave
-        out of their counts) is two padding items per user: the baselines then count exactly those events."""
+        """The events before ``end`` as a SequenceData that trains on all of them (its cuts at the ends of the
+        sequences): the baselines then count exactly those events."""
         from dataclasses import replace
 
-        parts, lengths = [], []
-        for u in range(self.data.num_users):
-            items, times = self.user(u)
-            parts.append(np.concatenate([items[times < end], [0, 0]]))
-            lengths.append(len(parts[-1]))
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        return replace(self.data, item_ids=np.concatenate(parts).astype(np.int64), offsets=offsets, timestamps=None)
+        parts = [items[times < end] for items, times in map(self.user, range(self.data.num_users))]
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+        return replace(self.data, item_ids=np.concatenate(parts).astype(np.int64), offsets=offsets, timestamps=None,
+                       valid_at=offsets[1:], test_at=offsets[1:])
 
 
 def _loader(examples: list, batch_size: int, seed: int | None = None):

@@ -48,6 +48,17 @@ def test_bad_trainer_value_before_the_data_loads(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("split, expected", [
+    ("data.split.kind=weekly", "data.split.kind: got 'weekly', expected one of"),
+    ("data.split={kind:time,valid_from:0.9,test_from:0.8}", "data.split.test_from: got 0.8; expected a cut after"),
+])
+def test_bad_split_before_the_data_loads(tmp_path, split, expected):
+    proc = _cli("genrec.train", *TINY_RUN, split, f"data.cache_dir={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", expected)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_missing_and_truncated_resume_checkpoints(run_copy, tmp_path):
     proc = _cli("genrec.train", f"resume_from={tmp_path / 'nothing'}", cwd=tmp_path)
     _one_line_error(proc, "genrec-train", f"resume_from={tmp_path / 'nothing'}", "expected a run folder")

@@ -97,3 +97,19 @@ def test_same_seed_same_metrics(trained, tmp_path):
     again = train_entry.run(cfg, tmp_path / "run")
     assert again["metrics"]["test"] == metrics["metrics"]["test"]
     assert again["baselines"] == metrics["baselines"]
+
+
+def test_time_split_run_records_its_protocol_and_eval_reproduces_it(tmp_path):
+    """A time-split run: the protocol and the users evaluated are in metrics.json; genrec-eval rebuilds the same split
+    from the run's config.yaml and reproduces its metrics."""
+    split = ["data.split.kind=time", "data.split.valid_from=0.8", "data.split.test_from=0.9"]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        metrics = train_entry.run(compose("train", overrides=TINY + split + [f"data.cache_dir={tmp_path / 'cache'}"]),
+                                  tmp_path / "run")
+        out = eval_entry.run(compose("eval", overrides=[f"run_dir={tmp_path / 'run'}", "baselines=false"]))
+    details = metrics["protocol"]["split_details"]
+    assert metrics["protocol"]["split"].startswith("global temporal") and details["kind"] == "time"
+    assert 0 < details["users_evaluated"]["test"] < metrics["dataset"]["users"]
+    assert details["valid_from_time"] < details["test_from_time"]
+    assert set(metrics["baselines"]) == {"most_popular", "transitions", "transitions_last3_skip"}
+    assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)

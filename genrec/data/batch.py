@@ -110,7 +110,8 @@ def _with_features(example: _Example, data: SequenceData, start: int, end: int) 
 
 class TrainSequences(Dataset):
     """Next-item training examples: for each user with at least two training items, the training part
-    (sequence minus its last two items) predicts itself shifted by one; the most recent ``max_len`` kept.
+    (:class:`SequenceData`'s split: leave-one-out, the sequence minus its last two items) predicts itself shifted by
+    one; the most recent ``max_len`` kept.
 
     Attributes:
         lengths: ``(num_examples,)`` input length of every example (for batching similar lengths together).
@@ -118,7 +119,7 @@ class TrainSequences(Dataset):
 
     def __init__(self, data: SequenceData, max_len: int):
         self.data, self.max_len = data, max_len
-        train_len = data.lengths - 2
+        train_len = data.train_lengths
         self.users = np.flatnonzero(train_len >= 2)
         self.lengths = np.minimum(train_len[self.users] - 1, max_len)
 
@@ -127,7 +128,7 @@ class TrainSequences(Dataset):
 
     def __getitem__(self, idx: int) -> _Example:
         u = int(self.users[idx])
-        start, end = int(self.data.offsets[u]), int(self.data.offsets[u + 1]) - 2
+        start, end = int(self.data.offsets[u]), int(self.data.valid_at[u])
         start = max(start, end - self.max_len - 1)
         seq = self.data.item_ids[start:end]
         ts = self.data.timestamps
@@ -145,7 +146,7 @@ class TrainPrefixes(Dataset):
 
     def __init__(self, data: SequenceData, max_len: int):
         self.data, self.max_len = data, max_len
-        per_user = np.maximum(data.lengths - 3, 0)  # targets at positions 1 .. train_len - 1
+        per_user = np.maximum(data.train_lengths - 1, 0)  # targets at positions 1 .. train_len - 1
         users = np.repeat(np.arange(data.num_users), per_user)
         position = 1 + np.arange(len(users)) - np.repeat(np.cumsum(per_user) - per_user, per_user)
         self.users, self.ends = users, data.offsets[users] + position
@@ -164,25 +165,26 @@ class TrainPrefixes(Dataset):
 
 
 class EvalSequences(Dataset):
-    """Leave-one-out evaluation: ``split="valid"`` predicts each user's second-to-last item from the items before
-    it, ``split="test"`` the last item from everything before it (the validation item included).
+    """Evaluation examples of :meth:`SequenceData.targets`: each evaluated user's ``split`` (``"valid"`` or
+    ``"test"``) target predicted from everything before it (leave-one-out: the second-to-last item from the items
+    before it, the last item from all the others).
 
     Attributes:
-        lengths: ``(num_users,)`` input length of every example (for batching similar lengths together).
+        users / targets: ``(num_examples,)`` the evaluated users and the positions of their targets.
+        lengths: ``(num_examples,)`` input length of every example (for batching similar lengths together).
     """
 
     def __init__(self, data: SequenceData, max_len: int, split: str):
-        if split not in ("valid", "test"):
-            raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
         self.data, self.max_len = data, max_len
-        self.held_out = 2 if split == "valid" else 1
-        self.lengths = np.minimum(data.lengths - self.held_out, max_len)
+        self.users, self.targets = data.targets(split)
+        self.lengths = np.minimum(self.targets - data.offsets[self.users], max_len)
 
     def __len__(self) -> int:
-        return self.data.num_users
+        return len(self.users)
 
-    def __getitem__(self, u: int) -> _Example:
-        first, target = int(self.data.offsets[u]), int(self.data.offsets[u + 1]) - self.held_out
+    def __getitem__(self, idx: int) -> _Example:
+        u, target = int(self.users[idx]), int(self.targets[idx])
+        first = int(self.data.offsets[u])
         start = max(first, target - self.max_len)
         ts = self.data.timestamps
         return _with_features(_Example(u, self.data.item_ids[start:target], self.data.item_ids[target:target + 1],

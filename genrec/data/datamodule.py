@@ -16,6 +16,7 @@ from genrec.data.features import EncodedFeatures, FeatureConfig, encode_features
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
+from genrec.data.split import SplitConfig, apply_split
 from genrec.dist.pipeline import IndexedExamples, SparseCollate
 from genrec.errors import UserError
 
@@ -34,21 +35,30 @@ def read_log(reader: dict | DictConfig) -> InteractionLog:
 
 
 def load_dataset(reader: dict | DictConfig, preprocess: dict | DictConfig | None = None,
-                 cache_dir: str | None = None) -> SequenceData:
+                 cache_dir: str | None = None, split: dict | DictConfig | None = None) -> SequenceData:
     """Read with ``reader`` (a ``_target_`` config returning an InteractionLog) and preprocess, through the
-    Parquet cache when ``cache_dir`` is set."""
+    Parquet cache when ``cache_dir`` is set, then split (``data.split``, :mod:`genrec.data.split`; the cache holds
+    the sequences, whatever the split)."""
     reader = _plain(reader)
     pre = PreprocessConfig(**(_plain(preprocess) or {}))
-    return load_or_build(reader, lambda: read_log(reader), pre, cache_dir)
+    split = SplitConfig.from_config(split)
+
+    def read() -> InteractionLog:
+        log_ = read_log(reader)
+        split.require_timestamps(log_.has_timestamps, log_.source or log_.name)  # before preprocessing
+        return log_
+
+    return apply_split(load_or_build(reader, read, pre, cache_dir), split)
 
 
 class SequenceDataModule(L.LightningDataModule):
-    """Leave-one-out sequential data: train on each user's sequence minus its last two items, validate on the
-    second-to-last item, test on the last.
+    """Sequential data split by ``split``: leave-one-out (train on each user's sequence minus its last two
+    items, validate on the second-to-last item, test on the last) or a time split (:mod:`genrec.data.split`).
 
     Args:
         reader: Hydra config of the reader (``_target_`` + arguments), e.g. ``genrec.data.movielens.read_movielens``.
         preprocess: :class:`PreprocessConfig` fields.
+        split: :class:`~genrec.data.split.SplitConfig` fields (``None``: leave-one-out).
         max_len: most recent items kept per input sequence.
         batch_size / eval_batch_size: sequences per training / evaluation batch.
         num_workers: DataLoader workers.
@@ -73,12 +83,14 @@ class SequenceDataModule(L.LightningDataModule):
     def __init__(self, reader: dict | DictConfig, preprocess: dict | DictConfig | None = None, max_len: int = 50,
                  batch_size: int = 128, eval_batch_size: int = 512, num_workers: int = 0,
                  cache_dir: str | None = None, seed: int = 0, train_examples: str = "sequences",
-                 bucket_by_length: bool = False, features: dict | DictConfig | None = None):
+                 bucket_by_length: bool = False, split: dict | DictConfig | None = None,
+                 features: dict | DictConfig | None = None):
         super().__init__()
         if train_examples not in TRAIN_EXAMPLES:
             raise UserError(f"train_examples must be one of {TRAIN_EXAMPLES}, got {train_examples!r}")
+        SplitConfig.from_config(split)  # a bad split fails here, before the data loads
         self.train_examples, self.bucket_by_length = train_examples, bucket_by_length
-        self.reader, self.preprocess = _plain(reader), _plain(preprocess) or {}
+        self.reader, self.preprocess, self.split = _plain(reader), _plain(preprocess) or {}, _plain(split)
         self.max_len, self.batch_size, self.eval_batch_size = max_len, batch_size, eval_batch_size
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.feature_config = FeatureConfig.from_config(_plain(features))
@@ -89,7 +101,7 @@ class SequenceDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
-            data = load_dataset(self.reader, self.preprocess, self.cache_dir)
+            data = load_dataset(self.reader, self.preprocess, self.cache_dir, self.split)
             if self.feature_config.enabled:
                 data, self.features = encode_features(data, self.feature_config)
             self.data = data

@@ -83,6 +83,14 @@ class SequenceData:
             :func:`genrec.data.features.encode_features` when a model uses actions), else ``None``.
         user_features: ``(num_users, F)`` int64 IDs of the user features a model uses (set by
             :func:`genrec.data.features.encode_features`), else ``None``.
+        valid_at / test_at: ``(num_users,)`` int64 positions in ``item_ids``, the split of every sequence: user
+            ``u`` trains on ``item_ids[offsets[u]:valid_at[u]]``; its validation target is ``item_ids[valid_at[u]]``
+            if ``valid_at[u] < test_at[u]``, its test target ``item_ids[test_at[u]]`` if ``test_at[u] <
+            offsets[u + 1]``; each is predicted from every item before it (:meth:`targets`). ``None`` (the default)
+            is leave-one-out: ``offsets[1:] - 2`` and ``offsets[1:] - 1``. :func:`genrec.data.split.apply_split`
+            sets a time split.
+        split: how ``valid_at`` / ``test_at`` were chosen (``{"kind": "leave_one_out"}``, or the time split's
+            settings and cut times).
     """
 
     name: str
@@ -96,6 +104,13 @@ class SequenceData:
     users: pd.DataFrame | None = None
     actions: np.ndarray | None = None
     user_features: np.ndarray | None = None
+    valid_at: np.ndarray | None = None
+    test_at: np.ndarray | None = None
+    split: dict = field(default_factory=lambda: {"kind": "leave_one_out"})
+
+    def __post_init__(self) -> None:
+        if self.valid_at is None:
+            self.valid_at, self.test_at = self.offsets[1:] - 2, self.offsets[1:] - 1
 
     @property
     def num_users(self) -> int:
@@ -117,6 +132,26 @@ class SequenceData:
 
     def sequence(self, user: int) -> np.ndarray:
         return self.item_ids[self.offsets[user]:self.offsets[user + 1]]
+
+    @property
+    def train_lengths(self) -> np.ndarray:
+        """``(num_users,)`` length of each user's training part."""
+        return self.valid_at - self.offsets[:-1]
+
+    def training_positions(self) -> np.ndarray:
+        """``(num_interactions,)`` bool: True for the events in a training part (all a model trains on)."""
+        train = self.train_lengths
+        runs = np.stack([train, self.lengths - train], axis=1).ravel()  # training part, then the rest, per user
+        return np.repeat(np.tile([True, False], self.num_users), runs)
+
+    def targets(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(users, positions)``: the users evaluated in ``split`` (``"valid"`` or ``"test"``), those with a target
+        in it and at least one event before that target, and the position of each one's target in ``item_ids``."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"split must be 'valid' or 'test', got {split!r}")
+        at, end = (self.valid_at, self.test_at) if split == "valid" else (self.test_at, self.offsets[1:])
+        users = np.flatnonzero((at > self.offsets[:-1]) & (at < end))
+        return users, at[users]
 
     def summary(self) -> dict:
         lengths = self.lengths

@@ -1,7 +1,8 @@
 """Non-neural baselines scored by the same evaluation code as the models.
 
-Both count only the training part of each sequence (the sequence minus its last two items), so neither sees a
-validation or test target.
+Both count only the training part of each sequence (:class:`SequenceData`'s split: leave-one-out, the sequence
+minus its last two items; a time split, the events before ``valid_from``), so neither sees a validation or test
+target.
 """
 from __future__ import annotations
 
@@ -12,20 +13,10 @@ import torch
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import SequenceData
 
-#: held-out items at the end of every sequence (validation + test)
-HELD_OUT = 2
-
-
-def _training_positions(data: SequenceData) -> np.ndarray:
-    """Boolean mask over ``data.item_ids``: True for positions in a training part."""
-    lengths = data.lengths
-    position = np.arange(data.num_interactions) - np.repeat(data.offsets[:-1], lengths)
-    return position < np.repeat(lengths - HELD_OUT, lengths)
-
 
 def item_popularity(data: SequenceData) -> np.ndarray:
     """``(num_items + 1,)`` training-part interaction count of every item."""
-    return np.bincount(data.item_ids[_training_positions(data)], minlength=data.num_items + 1).astype(np.float64)
+    return np.bincount(data.item_ids[data.training_positions()], minlength=data.num_items + 1).astype(np.float64)
 
 
 class MostPopular:
@@ -59,7 +50,7 @@ class ItemTransitions:
                  skip_weight: float = 0.5):
         self.num_last, self.decay = num_last, decay
         size = data.num_items + 1
-        train = _training_positions(data)
+        train = data.training_positions()
         user_of = np.repeat(np.arange(data.num_users), data.lengths)
         src, dst, weight = [], [], []
         for gap, w in [(1, 1.0)] + ([(2, skip_weight)] if skip else []):

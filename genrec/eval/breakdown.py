@@ -2,8 +2,8 @@
 
 The ranks come from the same :class:`~genrec.eval.metrics.Evaluator` as the overall metrics, so each group's
 metrics are the overall metrics restricted to its users (the groups of one breakdown partition the users, and
-their user-weighted mean is the overall value). Popularity is counted in training parts only (each sequence
-minus its last two items), like the baselines: a target with 0 training interactions is absent from training.
+their user-weighted mean is the overall value). Popularity is counted in training parts only (the split's, as
+the baselines count it): a target with 0 training interactions is absent from training.
 """
 from __future__ import annotations
 

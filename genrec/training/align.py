@@ -102,15 +102,15 @@ class PreferenceExamples:
         for start in range(0, len(self.users), batch_size):
             examples = [self.dataset[i] for i in range(start, min(start + batch_size, len(self.users)))]
             for e in examples:
-                e.seen = data.item_ids[data.offsets[e.user]:data.offsets[e.user + 1] - 2]
+                e.seen = data.item_ids[data.offsets[e.user]:data.valid_at[e.user]]
             yield np.arange(start, start + len(examples)), collate(examples)
 
 
 def preference_examples(data: SequenceData, max_len: int) -> PreferenceExamples:
     """The examples of every user with a training sequence (at least two training items), from the training parts
-    (each sequence minus its last two items) only."""
+    (:class:`SequenceData`'s split) only."""
     dataset = TrainSequences(data, max_len)
-    chosen = data.item_ids[data.offsets[dataset.users + 1] - 3]  # the last item before validation and test
+    chosen = data.item_ids[data.valid_at[dataset.users] - 1]  # the last training item
     return PreferenceExamples(dataset, dataset.users.copy(), chosen, item_popularity(data))
 
 
@@ -124,7 +124,7 @@ def popularity_negatives(examples: PreferenceExamples, k: int, seed: int,
     data = examples.dataset.data
     for row, user in enumerate(examples.users):
         have = [int(i) for i in out[row] if i > 0]
-        banned = set(data.item_ids[data.offsets[user]:data.offsets[user + 1] - 2].tolist()) | set(have)
+        banned = set(data.item_ids[data.offsets[user]:data.valid_at[user]].tolist()) | set(have)
         while len(have) < k:
             for item in np.searchsorted(cdf, rng.random(4 * k) * cdf[-1], side="right").tolist():
                 if item not in banned:

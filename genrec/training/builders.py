@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from genrec.data.datamodule import SequenceDataModule, load_dataset
 from genrec.data.features import EncodedFeatures, FeatureConfig
+from genrec.data.split import SplitConfig
 from genrec.dist import ShardingConfig
 from genrec.dist.checkpoint import load_weights, read_meta
 from genrec.embedding import ItemEmbedding
@@ -38,7 +39,7 @@ def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
                               batch_size=d.batch_size, eval_batch_size=d.eval_batch_size,
                               num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed,
                               train_examples=examples, bucket_by_length=cfg.model.get("bucket_by_length", False),
-                              features=cfg.model.get("features"))
+                              split=d.get("split"), features=cfg.model.get("features"))
 
 
 def load_sid_table(cfg: DictConfig, item_raw_ids: np.ndarray) -> SIDTable:
@@ -107,13 +108,16 @@ def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray |
     if align:
         return AlignTask(model, align, seed=cfg.seed, **settings)
     if distill:
-        return DistillTask(model, load_teacher(distill, item_raw_ids, cfg.data.max_len), distill, **settings)
+        return DistillTask(model, load_teacher(distill, item_raw_ids, cfg.data.max_len, cfg.data.get("split")),
+                           distill, **settings)
     return GenerativeTask(model, **settings)
 
 
-def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int) -> FrozenTeacher:
+def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int,
+                 split: DictConfig | None = None) -> FrozenTeacher:
     """The retrieval model of the run folder ``distill.teacher`` (its config checked for trusted targets, its
-    checkpoint by sha256, its items against the student's), frozen."""
+    checkpoint by sha256, its items and its ``data.split`` against the student's: a teacher trained on events the
+    student's split holds out would leak them), frozen."""
     run = RunFolder.existing(distill.teacher, "distill.teacher")
     cfg = run.config()
     if cfg.model.get("kind", "retrieval") != "retrieval":
@@ -125,6 +129,10 @@ def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int)
     if cfg.data.max_len < max_len:
         raise ConfigError("distill.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
                                              f"data.max_len is {max_len}")
+    teacher_split, student_split = SplitConfig.from_config(cfg.data.get("split")), SplitConfig.from_config(split)
+    if teacher_split != student_split:
+        raise ConfigError("distill.teacher", f"{distill.teacher} was trained with data.split {teacher_split}, the "
+                                             f"student uses {student_split}: a teacher needs the student's split")
     theirs = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids
     if len(theirs) != len(item_raw_ids) or any(str(a) != str(b) for a, b in zip(theirs[1:], item_raw_ids[1:])):
         raise DataError(run.config_path, f"the teacher was trained on {cfg.data.name!r} with {len(theirs) - 1} items, "

@@ -1,4 +1,4 @@
-"""The streamed Parquet path (engine=polars) gives exactly the pandas path's SequenceData and errors."""
+"""The streamed Parquet path (engine=polars) gives exactly the pandas path's SequenceData, splits and errors."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,17 +10,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from genrec.data.cache import load_or_build
+from genrec.data.datamodule import load_dataset
 from genrec.data.event_log import write_event_log
 from genrec.data.generic import read_events
 from genrec.data.outofcore import ParquetEventLog
 from genrec.data.preprocess import PreprocessConfig, build_sequences, kcore_mask
 from genrec.data.schema import InteractionLog
+from genrec.data.split import SplitConfig, apply_split
 from genrec.errors import ConfigError, DataError
 
 
 def assert_same(a, b):
-    """Equal SequenceData: arrays with their dtypes, raw IDs with their Python types, item content."""
-    for field in ("item_ids", "offsets", "timestamps", "user_raw_ids", "item_raw_ids"):
+    """Equal SequenceData: arrays with their dtypes, raw IDs with their Python types, item content, the split."""
+    assert a.split == b.split
+    for field in ("item_ids", "offsets", "timestamps", "user_raw_ids", "item_raw_ids", "valid_at", "test_at"):
         x, y = getattr(a, field), getattr(b, field)
         if x is None or y is None:
             assert x is None and y is None, field
@@ -49,6 +52,18 @@ def test_generated_log_same_as_pandas(tmp_path, id_type, dedupe):
     streamed, loaded = both(path, PreprocessConfig(dedupe=dedupe), timestamp="timestamp")
     assert_same(streamed, loaded)
     assert streamed.num_interactions > 10_000 and streamed.num_items < 30_000 // 50  # the 5-core bit
+
+
+@pytest.mark.parametrize("split", [{"kind": "time", "valid_from": 0.7, "test_from": 0.85},
+                                   {"kind": "time", "valid_from": 1_710_000_000, "test_from": 1_711_000_000}])
+def test_time_split_same_as_pandas(tmp_path, split):
+    """The whole data path (read, preprocess, split) of both engines: the same sequences and cut positions."""
+    path = write_event_log(tmp_path / "log.parquet", 30_000, seed=4, chunk_size=7_000)
+    reader = {"_target_": "genrec.data.generic.read_events", "path": str(path), "timestamp": "timestamp"}
+    streamed, loaded = (load_dataset({**reader, "engine": engine}, {}, None, split) for engine in ("polars", "pandas"))
+    assert_same(streamed, loaded)
+    assert streamed.split["kind"] == "time" and 0 < streamed.train_lengths.sum() < streamed.num_interactions
+    assert 0 < len(streamed.targets("test")[0]) < streamed.num_users
 
 
 def test_id_rules_and_ties_same_as_pandas(tmp_path):
@@ -110,6 +125,15 @@ def test_random_logs_same_as_pandas(tmp_path, events, min_user, min_item, dedupe
         assert str(info.value) == str(error)
         return
     assert_same(streamed, loaded)
+    split = SplitConfig("time", 0.4, 0.7)  # 0..4 in time: cuts at ranks, ties at the cut fall after it
+    try:
+        streamed_split = apply_split(streamed, split)
+    except DataError as error:
+        with pytest.raises(DataError) as info:
+            apply_split(loaded, split)
+        assert str(info.value) == str(error)
+        return
+    assert_same(streamed_split, apply_split(loaded, split))
 
 
 def test_kcore_rounds_match_a_hand_checked_log():

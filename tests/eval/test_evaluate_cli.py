@@ -64,3 +64,8 @@ def test_runs_on_different_data_are_not_compared(tiny_run, tmp_path):
     with pytest.raises(UserError, match=r"compare_to: .*other/config.yaml was trained on .*users.*same dataset"):
         eval_entry.run(_eval_config(f"run_dir={run_dir}", f"compare_to={other}", f"out_dir={tmp_path / 'eval'}",
                                     "baselines=[]"))
+    split = _untrained_run(run_dir, tmp_path / "split",
+                           **{"data.split": {"kind": "time", "valid_from": 0.8, "test_from": 0.9}})
+    with pytest.raises(UserError, match=r"compare_to: .*split/config.yaml was trained on .*'kind': 'time'.*and split"):
+        eval_entry.run(_eval_config(f"run_dir={run_dir}", f"compare_to={split}", f"out_dir={tmp_path / 'eval'}",
+                                    "baselines=[]"))

@@ -289,6 +289,10 @@ def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.max_len=30"])
     with pytest.raises(ConfigError, match="the teacher reads at most 20 items"):
         build_task(cfg, 120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
+    cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.split.kind=time",
+                                     "data.split.valid_from=0.8", "data.split.test_from=0.9"])
+    with pytest.raises(ConfigError, match="a teacher needs the student's split"):  # it trained on held-out events
+        build_task(cfg, 120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
     with pytest.raises(ConfigError, match="align or distill, not both"):
         build_task(_compose(_base(workdir) + ["align=dpo", "distill=teacher", f"distill.teacher={teacher_dir}"]),
                    120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
