@@ -94,8 +94,8 @@ class RocksStore(RowStore):
     """RocksDB: no compression (rows of floats do not compress), bloom filters, no WAL, and one memory bound.
 
     The store's memory is its block cache of ``cache_mib``: the cache holds the data blocks read, the table files'
-    index and filter blocks (``cache_index_and_filter_blocks``, so the table readers hold almost nothing outside
-    it), and a reservation for the memtables (a ``WriteBufferManager`` charging them to the cache: two memtables
+    index and filter blocks (``cache_index_and_filter_blocks``, partitioned, so the table readers hold almost
+    nothing outside it and a lookup reads a few small partitions), and a reservation for the memtables (a ``WriteBufferManager`` charging them to the cache: two memtables
     of ``cache_mib / 4`` each, flushed when they pass about ``cache_mib / 2`` together). At most
     ``max_open_files`` table files are kept open. :meth:`memory_bytes` reports what the store holds now,
     :meth:`memory_bound_bytes` the bound (RocksDB's cache capacity is not strict: entries in use may pass it for a
@@ -132,6 +132,11 @@ class RocksStore(RowStore):
         table.set_bloom_filter(10, False)
         table.set_block_cache(self.cache)
         table.set_cache_index_and_filter_blocks(True)
+        # partitioned index and filters: a lookup reads small partitions through the cache, not a table file's
+        # whole filter (megabytes at millions of keys, evicted and read again in a small cache)
+        table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_pin_top_level_index_and_filter(True)
         options.set_block_based_table_factory(table)
         access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
         self.db = rocksdict.Rdict(str(path), options, access_type=access)
