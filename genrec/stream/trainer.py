@@ -30,7 +30,8 @@ OS after every checkpoint (:func:`release_free_memory`).
 What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
 seconds from an event's arrival in the source to the end of its training step, RSS, the stores' own memory
-(RocksDB block caches, memtables and index/filter blocks charged to them: ``state.cache_mib``) and the table's counters.
+(RocksDB block caches, with the memtables and index/filter blocks charged to them: ``state.cache_mib``,
+``embedding.store.cache_mib``) and the table's counters.
 """
 from __future__ import annotations
 

@@ -95,11 +95,12 @@ class RocksStore(RowStore):
 
     The store's memory is its block cache of ``cache_mib``: the cache holds the data blocks read, the table files'
     index and filter blocks (``cache_index_and_filter_blocks``, partitioned, so the table readers hold almost
-    nothing outside it and a lookup reads a few small partitions), and a reservation for the memtables (a ``WriteBufferManager`` charging them to the cache: two memtables
-    of ``cache_mib / 4`` each, flushed when they pass about ``cache_mib / 2`` together). At most
-    ``max_open_files`` table files are kept open. :meth:`memory_bytes` reports what the store holds now,
-    :meth:`memory_bound_bytes` the bound (RocksDB's cache capacity is not strict: entries in use may pass it for a
-    moment).
+    nothing outside it and a lookup reads a few small partitions), and a reservation for the memtables (a
+    ``WriteBufferManager`` charging them to the cache: two memtables of ``cache_mib / 4`` each, flushed when they
+    pass about ``cache_mib / 2`` together). At most ``max_open_files`` table files are kept open.
+    :meth:`memory_bytes` reports what the store holds now, :meth:`memory_bound_bytes` the bound (RocksDB's cache
+    capacity is not strict: entries in use may pass it for a moment, and a single write larger than a memtable
+    goes into one).
 
     Args:
         path: the database folder (created if missing).
