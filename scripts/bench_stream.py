@@ -223,7 +223,7 @@ def memory(args, work: Path) -> dict:
     peak_after = float(after["rss_without_stores_mib"].max())
     stores_peak = float(rows["stores_mib"].max())
 
-    def slope(column: str) -> float:
+    def slope(column: str) -> float | None:
         return round(float(np.polyfit(after["records"] / 1e6, after[column], 1)[0]), 2) if len(after) > 1 else None
 
     result = {"events": args.memory_events, "users": args.memory_users, "one_off_items": 0.5,
