@@ -59,55 +59,63 @@ class Examples:
 def build_examples(events: Events, users: np.ndarray, lengths: np.ndarray, items: np.ndarray, times: np.ndarray,
                    max_len: int) -> Examples:
     """``events`` (accepted, in stream order) and the histories before them of their distinct ``users (U,)``
-    (sorted; ``lengths (U,)``, ``items / times (U, max_len)``) -> :class:`Examples`."""
+    (sorted; ``lengths (U,)``, ``items / times (U, max_len)``) -> :class:`Examples`.
+
+    Vectorised over users: every user's ``S`` is a block of one flat array (histories, then new events), and the
+    windows, targets and kept histories are index arithmetic on it."""
+    num_users = len(users)
     slot = np.searchsorted(users, events.users)
     order = np.argsort(slot, kind="stable")  # events grouped by user, stream order within a user
-    bounds = np.searchsorted(slot[order], np.arange(len(users) + 1))
-    inputs, input_times, targets, query_times, masks, lens, owners = [], [], [], [], [], [], []
-    target_events, seen, cold, sequences = [], [], [], []
-    new_lengths, new_items, new_times = lengths.copy(), np.zeros_like(items), np.zeros_like(times)
-    for u in range(len(users)):
-        mine = order[bounds[u]:bounds[u + 1]]
-        h = int(lengths[u])
-        s_items = np.concatenate([items[u, :h], events.items[mine]])
-        s_times = np.concatenate([times[u, :h], events.times[mine]])
-        sequences.append(s_items)
-        positions = np.arange(h, h + len(mine))  # of the new events in S
-        cold += mine[positions == 0].tolist()
-        target_pos, target_ev = positions[positions >= 1], mine[positions >= 1]
-        for start in range(0, len(target_pos), max_len):
-            chunk, chunk_ev = target_pos[start:start + max_len], target_ev[start:start + max_len]
-            end = int(chunk[-1])
-            lo = max(0, end - max_len)
-            inputs.append(s_items[lo:end])
-            input_times.append(s_times[lo:end])
-            targets.append(s_items[lo + 1:end + 1])
-            query_times.append(s_times[lo + 1:end + 1])
-            mask = np.zeros(end - lo, dtype=bool)
-            mask[chunk - 1 - lo] = True
-            masks.append(mask)
-            lens.append(end - lo)
-            owners.append(users[u])
-            target_events += chunk_ev.tolist()
-            seen += [s_items[:p] for p in chunk]
-        keep = min(len(s_items), max_len)
-        new_lengths[u] = keep
-        new_items[u, :keep] = s_items[len(s_items) - keep:]
-        new_times[u, :keep] = s_times[len(s_times) - keep:]
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    seen_offsets = np.concatenate([[0], np.cumsum([len(s) for s in seen])]).astype(np.int64)
-
-    def cat(parts: list[np.ndarray]) -> torch.Tensor:
-        return torch.from_numpy(np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64))
-
-    batch = JaggedBatch(item_ids=cat(inputs), offsets=torch.from_numpy(offsets), target_ids=cat(targets),
-                        user_ids=torch.tensor(owners, dtype=torch.int64), timestamps=cat(input_times),
-                        query_timestamps=cat(query_times))
-    return Examples(batch, torch.from_numpy(np.concatenate(masks) if masks else np.zeros(0, dtype=bool)),
-                    np.array(target_events, dtype=np.int64),
-                    np.concatenate(seen).astype(np.int64) if seen else np.zeros(0, dtype=np.int64), seen_offsets,
-                    np.array(sorted(cold), dtype=np.int64), users, new_lengths, new_items, new_times, sequences,
-                    lengths.copy())
+    bounds = np.searchsorted(slot[order], np.arange(num_users + 1))
+    h = np.asarray(lengths, dtype=np.int64)
+    k = np.diff(bounds)  # (U,) new events per user
+    size = h + k  # (U,) len(S)
+    start = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)  # (U + 1,) each S in the flat array
+    s_items = np.empty(start[-1], dtype=np.int64)
+    s_times = np.empty(start[-1], dtype=np.int64)
+    hist_u, hist_j = np.nonzero(np.arange(items.shape[1]) < h[:, None])  # row-major: user, then position
+    s_items[start[hist_u] + hist_j] = items[hist_u, hist_j]
+    s_times[start[hist_u] + hist_j] = times[hist_u, hist_j]
+    event_u = slot[order]
+    position = h[event_u] + np.arange(len(order)) - bounds[event_u]  # (n,) of each event (in ``order``) in its S
+    s_items[start[event_u] + position] = events.items[order]
+    s_times[start[event_u] + position] = events.times[order]
+    # targets: the new events at positions >= 1, in windows of at most max_len targets per user
+    is_target = position >= 1
+    first_target = np.maximum(h, 1)  # (U,)
+    num_targets = size - np.minimum(first_target, size)
+    windows = -(-num_targets // max_len)  # (U,)
+    window_u = np.repeat(np.arange(num_users), windows)  # (B,)
+    window_index = np.arange(len(window_u)) - np.repeat(np.cumsum(windows) - windows, windows)
+    first = first_target[window_u] + window_index * max_len  # (B,) the window's first target in S
+    last = np.minimum(first + max_len, size[window_u]) - 1  # (B,) its last target
+    lo = np.maximum(0, last - max_len)
+    lens = last - lo
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)  # (B + 1,)
+    q = np.repeat(lo, lens) + np.arange(offsets[-1]) - np.repeat(offsets[:-1], lens)  # (N,) position in S
+    at = np.repeat(start[window_u], lens) + q  # (N,) in the flat array
+    mask = q + 1 >= np.repeat(first, lens)
+    batch = JaggedBatch(item_ids=torch.from_numpy(s_items[at]), offsets=torch.from_numpy(offsets),
+                        target_ids=torch.from_numpy(s_items[at + 1]),
+                        user_ids=torch.from_numpy(np.asarray(users, dtype=np.int64)[window_u]),
+                        timestamps=torch.from_numpy(s_times[at]), query_timestamps=torch.from_numpy(s_times[at + 1]))
+    # each target's kept history before it: S[:p]
+    seen_len = position[is_target]
+    seen_offsets = np.concatenate([[0], np.cumsum(seen_len)]).astype(np.int64)
+    seen_at = (np.repeat(start[event_u[is_target]], seen_len) + np.arange(seen_offsets[-1])
+               - np.repeat(seen_offsets[:-1], seen_len))
+    # the histories after the batch: the last max_len events of S
+    keep = np.minimum(size, max_len)
+    new_items, new_times = np.zeros_like(items), np.zeros_like(times)
+    kept_u, kept_j = np.nonzero(np.arange(items.shape[1]) < keep[:, None])
+    kept_at = start[kept_u] + size[kept_u] - keep[kept_u] + kept_j
+    new_items[kept_u, kept_j] = s_items[kept_at]
+    new_times[kept_u, kept_j] = s_times[kept_at]
+    new_lengths = np.asarray(lengths).copy()
+    new_lengths[:] = keep
+    return Examples(batch, torch.from_numpy(mask), order[is_target].astype(np.int64), s_items[seen_at], seen_offsets,
+                    np.sort(order[~is_target]).astype(np.int64), users, new_lengths, new_items, new_times,
+                    np.split(s_items, start[1:-1]) if num_users else [], lengths.copy())
 
 
 def sequence_examples(sequences: list[tuple[np.ndarray, np.ndarray]], max_len: int) -> Examples:

@@ -2,9 +2,9 @@
 event IDs already seen.
 
 Both live in a store of :mod:`genrec.embedding.dynamic.store` (RocksDB by default: memory bounded by its block
-cache and memtables; or LMDB) under the run's ``live/`` folder. The live store is scratch space with no write-ahead
-log: what survives a crash is the snapshot inside the last checkpoint (RocksDB's Checkpoint or LMDB's copy), which
-:meth:`KeyedState.restore` turns back into the live store.
+cache, which its memtables are charged to; or LMDB) under the run's ``live/`` folder. The live store is scratch
+space with no write-ahead log: what survives a crash is the snapshot inside the last checkpoint (RocksDB's
+Checkpoint or LMDB's copy), which :meth:`KeyedState.restore` turns back into the live store.
 """
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ OS after every checkpoint (:func:`release_free_memory`).
 What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
 seconds from an event's arrival in the source to the end of its training step, RSS, the stores' own memory
-(RocksDB memtables, block caches, table readers: each bounded by its configuration) and the table's counters.
+(RocksDB block caches, with the memtables and index/filter blocks charged to them: ``state.cache_mib``,
+``embedding.store.cache_mib``) and the table's counters.
 """
 from __future__ import annotations
 
@@ -242,15 +243,16 @@ class StreamTrainer:
     def step(self, records: Records) -> None:
         """Process one micro-batch (steps 2-6 of the module doc)."""
         events, rejected = parse(records, self.schema)
-        events, more = self._accept(events, records)
+        users = np.unique(events.users)
+        history = self.histories.histories(users)  # (U,) lengths, (U, max_len) items and times: read once
+        events, more = self._accept(events, records, users, history[0], history[2])
         rejected = sorted(rejected + more, key=lambda r: r.row)
         self.dead.add(rejected, self.counts["records"])
         for r in rejected:
             self.counts[f"rejected_{r.reason}"] += 1
         if len(events):
-            users = np.unique(events.users)
-            lengths, items, times = self.histories.histories(users)
-            examples = build_examples(events, users, lengths, items, times, self.max_len)
+            rows = np.searchsorted(users, np.unique(events.users))  # the users left after the rejections
+            examples = build_examples(events, users[rows], *(a[rows] for a in history), self.max_len)
             if self.prequential is not None and examples.num_targets:
                 self._predict(events, examples)
             batch_time = int(events.times.max())
@@ -270,15 +272,16 @@ class StreamTrainer:
         self.counts["records"] += len(records)
         self.offset = records.end
 
-    def _accept(self, events: Events, records: Records) -> tuple[Events, list[Rejected]]:
-        """Drop duplicates (of earlier batches, or earlier in this one) and events out of order for their user."""
+    def _accept(self, events: Events, records: Records, users: np.ndarray, lengths: np.ndarray, times: np.ndarray
+                ) -> tuple[Events, list[Rejected]]:
+        """Drop duplicates (of earlier batches, or earlier in this one) and events out of order for their user
+        (``users (U,)``: the events' distinct users, sorted; ``lengths (U,)`` and ``times (U, max_len)``: their
+        histories)."""
         if len(events) == 0:
             return events, []
         first = np.zeros(len(events), dtype=bool)
         first[np.unique(events.keys, return_index=True)[1]] = True
         duplicate = ~first | self.seen.seen(events.keys)
-        users = np.unique(events.users)
-        lengths, _, times = self.histories.histories(users)
         latest = np.where(lengths > 0, times[np.arange(len(users)), np.maximum(lengths - 1, 0)], -(2**62))
         where = np.searchsorted(users, events.users)
         late = np.zeros(len(events), dtype=bool)

@@ -79,6 +79,58 @@ def test_more_new_events_than_max_len_are_all_targets_once():
     assert ex.target_events.tolist() == [1, 2, 3, 4, 5, 6]
 
 
+def _reference_examples(events, users, lengths, items, times, max_len):
+    """The module doc's definition, one user at a time: (inputs, targets, input times, query times, mask, owners)
+    per window, target events, seen prefixes, cold events, kept histories, sequences."""
+    windows, target_events, seen, cold, kept, sequences = [], [], [], [], [], []
+    for u, user in enumerate(users):
+        mine = np.flatnonzero(events.users == user)
+        h = int(lengths[u])
+        s_items = np.concatenate([items[u, :h], events.items[mine]])
+        s_times = np.concatenate([times[u, :h], events.times[mine]])
+        sequences.append(s_items.tolist())
+        positions = np.arange(h, h + len(mine))
+        cold += mine[positions == 0].tolist()
+        target_pos, target_ev = positions[positions >= 1], mine[positions >= 1]
+        for start in range(0, len(target_pos), max_len):
+            chunk = target_pos[start:start + max_len]
+            end = int(chunk[-1])
+            lo = max(0, end - max_len)
+            mask = np.zeros(end - lo, dtype=bool)
+            mask[chunk - 1 - lo] = True
+            windows.append((s_items[lo:end].tolist(), s_items[lo + 1:end + 1].tolist(), s_times[lo:end].tolist(),
+                            s_times[lo + 1:end + 1].tolist(), mask.tolist(), int(user)))
+            target_events += target_ev[start:start + max_len].tolist()
+            seen += [s_items[:p].tolist() for p in chunk]
+        keep = min(len(s_items), max_len)
+        kept.append((keep, s_items[len(s_items) - keep:].tolist(), s_times[len(s_times) - keep:].tolist()))
+    return windows, target_events, seen, sorted(cold), kept, sequences
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_examples_match_the_definition_one_user_at_a_time(seed):
+    rng = np.random.default_rng(seed)
+    max_len, num_users, n = 4, 30, 200
+    users = np.sort(rng.choice(1000, num_users, replace=False))
+    lengths = rng.integers(0, max_len + 1, num_users)
+    items = np.where(np.arange(max_len) < lengths[:, None], rng.integers(1, 50, (num_users, max_len)), 0)
+    times = np.where(np.arange(max_len) < lengths[:, None], np.sort(rng.integers(0, 100, (num_users, max_len))), 0)
+    events = _events(rng.choice(users, n), rng.integers(1, 50, n), np.sort(rng.integers(100, 200, n)))
+    ex = build_examples(events, users, lengths, items, times, max_len)
+    windows, target_events, seen, cold, kept, sequences = _reference_examples(events, users, lengths, items, times,
+                                                                              max_len)
+    b, o = ex.batch, ex.batch.offsets.tolist()
+    got = [(b.item_ids[x:y].tolist(), b.target_ids[x:y].tolist(), b.timestamps[x:y].tolist(),
+            b.query_timestamps[x:y].tolist(), ex.mask[x:y].tolist(), int(b.user_ids[w]))
+           for w, (x, y) in enumerate(zip(o[:-1], o[1:]))]
+    assert got == windows and ex.target_events.tolist() == target_events and ex.cold.tolist() == cold
+    assert [ex.seen_ids[x:y].tolist() for x, y in zip(ex.seen_offsets[:-1], ex.seen_offsets[1:])] == seen
+    assert [(int(n), ex.items[u, :n].tolist(), ex.times[u, :n].tolist()) for u, n in enumerate(ex.lengths)] == kept
+    assert (ex.items[np.arange(max_len) >= ex.lengths[:, None]] == 0).all()
+    assert [s.tolist() for s in ex.sequences] == sequences and ex.history_lengths.tolist() == lengths.tolist()
+    assert ex.num_targets == n - len(cold) and len(cold) == (lengths[np.isin(users, events.users)] == 0).sum()
+
+
 def test_online_baselines_match_their_offline_formula():
     index = ItemIndex()
     popularity = OnlinePopularity()
@@ -151,3 +203,22 @@ def test_the_stores_report_their_own_memory(tmp_path):
     lmdb = open_store("lmdb", tmp_path / "lmdb", 8)
     assert lmdb.memory_bytes() == 0
     lmdb.close()
+
+
+def test_a_rocksdb_store_keeps_to_its_cache_with_its_memtables_charged_to_it(tmp_path):
+    """160 MB written in small batches and read back into a store of 8 MiB: its memory stays near 8 MiB (RocksDB's
+    cache capacity is not strict; memtables of its own, outside the cache, would hold tens of MiB)."""
+    from genrec.embedding.dynamic.store import open_store
+
+    store = open_store("rocksdb", tmp_path / "db", 800, cache_mib=8)
+    assert store.memory_bound_bytes() == 8 << 20
+    rng = np.random.default_rng(0)
+    peak = 0
+    for i in range(400):
+        store.put(np.arange(i * 500, (i + 1) * 500, dtype=np.int64), np.full((500, 800), i % 251, dtype=np.uint8))
+        query = rng.integers(0, (i + 1) * 500, 200)
+        found, records = store.get(query)
+        assert found.all() and (records[:, 0] == (query // 500) % 251).all()
+        peak = max(peak, store.memory_bytes())
+    assert 4 << 20 < peak <= 1.25 * store.memory_bound_bytes()
+    store.close()

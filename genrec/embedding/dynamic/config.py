@@ -60,7 +60,8 @@ class DefaultConfig:
 class StoreConfig:
     """Tier 2. ``path``: folder of the store (each process uses ``<path>/rank<r>``, emptied when the table is
     built: the live store is scratch space, a run resumes from a checkpoint); ``null``: no tier 2 (a row
-    evicted from tier 0 is deleted). ``backend``: rocksdb | lmdb. ``cache_mib``: RocksDB block cache.
+    evicted from tier 0 is deleted). ``backend``: rocksdb | lmdb. ``cache_mib``: RocksDB's memory (its block cache,
+    memtables charged to it).
     ``write_back_batches``: evicted batches waiting to be written (the bound of the asynchronous write-back).
     ``filter_mib``: Bloom filter of the IDs in tier 2 (a never-seen ID costs no store lookup; ~8M IDs per MiB at
     1% false positives)."""

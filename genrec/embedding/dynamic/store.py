@@ -80,6 +80,10 @@ class RowStore:
         """Process memory the store holds itself (0 for LMDB: its pages belong to the OS page cache)."""
         return 0
 
+    def memory_bound_bytes(self) -> int:
+        """The most :meth:`memory_bytes` is configured to reach."""
+        return 0
+
     def _assemble(self, values: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
         found = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
         data = b"".join(v for v in values if v is not None)
@@ -87,33 +91,53 @@ class RowStore:
 
 
 class RocksStore(RowStore):
-    """RocksDB: no compression (rows of floats do not compress), bloom filters, a bounded block cache, no WAL.
+    """RocksDB: no compression (rows of floats do not compress), bloom filters, no WAL, and one memory bound.
+
+    The store's memory is its block cache of ``cache_mib``: the cache holds the data blocks read, the table files'
+    index and filter blocks (``cache_index_and_filter_blocks``, partitioned, so the table readers hold almost
+    nothing outside it and a lookup reads a few small partitions), and a reservation for the memtables (a
+    ``WriteBufferManager`` charging them to the cache: two memtables of ``cache_mib / 4`` each, flushed when they
+    pass about ``cache_mib / 2`` together). At most ``max_open_files`` table files are kept open.
+    :meth:`memory_bytes` reports what the store holds now, :meth:`memory_bound_bytes` the bound (RocksDB's cache
+    capacity is not strict: entries in use may pass it for a moment, and a single write larger than a memtable
+    goes into one).
 
     Args:
         path: the database folder (created if missing).
         record_bytes: bytes per record.
-        cache_mib: block cache size; write_buffer_mib: memtable size (the store's memory is about
-            ``cache_mib + 2 * write_buffer_mib``).
+        cache_mib: the store's memory (at least 4).
+        max_open_files: table files kept open.
         read_only: open an existing database (a snapshot) for reading.
     """
 
-    def __init__(self, path: str | Path, record_bytes: int, cache_mib: int = 64, write_buffer_mib: int = 32,
+    def __init__(self, path: str | Path, record_bytes: int, cache_mib: int = 64, max_open_files: int = 512,
                  read_only: bool = False):
         super().__init__(path, record_bytes)
         import rocksdict
 
+        if cache_mib < 4:
+            raise ValueError(f"a RocksDB store needs cache_mib >= 4, got {cache_mib}")
         self._rocksdict = rocksdict
+        self.cache_bytes = cache_mib << 20
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
         options.set_compression_type(rocksdict.DBCompressionType.none())
-        options.set_write_buffer_size(write_buffer_mib << 20)
+        options.set_write_buffer_size(self.cache_bytes // 4)
         options.set_max_write_buffer_number(2)
         options.set_max_background_jobs(2)
+        options.set_max_open_files(max_open_files)
+        self.cache = rocksdict.Cache(self.cache_bytes)
+        options.set_write_buffer_manager(rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+            self.cache_bytes // 2, False, self.cache))
         table = rocksdict.BlockBasedOptions()
         table.set_bloom_filter(10, False)
-        self.cache = rocksdict.Cache(cache_mib << 20)
         table.set_block_cache(self.cache)
         table.set_cache_index_and_filter_blocks(True)
+        # partitioned index and filters: a lookup reads small partitions through the cache, not a table file's
+        # whole filter (megabytes at millions of keys, evicted and read again in a small cache)
+        table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_pin_top_level_index_and_filter(True)
         options.set_block_based_table_factory(table)
         access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
         self.db = rocksdict.Rdict(str(path), options, access_type=access)
@@ -150,9 +174,12 @@ class RocksStore(RowStore):
             yield decode_keys(keys), np.frombuffer(b"".join(values), np.uint8).reshape(-1, self.record_bytes)
 
     def memory_bytes(self) -> int:
-        """What RocksDB holds in process memory now: memtables, the block cache, table readers."""
-        return (self.db.property_int_value("rocksdb.cur-size-all-mem-tables") + self.cache.get_usage()
-                + self.db.property_int_value("rocksdb.estimate-table-readers-mem"))
+        """What RocksDB holds in process memory now: the block cache's usage (blocks, index and filter blocks, the
+        memtables' reservation) and the table readers' memory outside it."""
+        return self.cache.get_usage() + self.db.property_int_value("rocksdb.estimate-table-readers-mem")
+
+    def memory_bound_bytes(self) -> int:
+        return self.cache_bytes
 
     def checkpoint(self, dest: str | Path) -> None:
         self.db.flush()  # the memtables (no WAL: what is not flushed would not be in the snapshot)
