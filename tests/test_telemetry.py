@@ -108,6 +108,38 @@ def test_known_delays_land_in_their_part_and_counters_are_logged(tmp_path):
     assert type(trainer.profiler).__name__ == "PassThroughProfiler"  # the run's own profiler is given back
 
 
+def test_a_manually_optimised_step_is_counted_whole_under_other(tmp_path):
+    import lightning as L
+
+    class Manual(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            time.sleep(DELAY)  # fetch, forward, backward and optimizer all happen in here
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            self.manual_backward(self.layer(batch[0]).square().mean())
+            optimizer.step()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    telemetry = Telemetry(every_n_steps=1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 4)), batch_size=3)
+    trainer = L.Trainer(max_epochs=1, callbacks=[telemetry], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(Manual(), data)
+    summary = telemetry.summary()
+    assert summary["split"] is False and summary["steps"] == 4
+    assert all(summary["parts_ms"][part] == 0.0 for part in ("data", "forward", "backward", "optimizer"))
+    assert summary["parts_ms"]["other"] == pytest.approx(summary["step_ms"]["mean"])
+    assert summary["parts_ms"]["other"] >= 1e3 * DELAY
+    assert "not split" in format_summary(summary)
+
+
 def test_counter_modules_takes_the_outermost_module_with_counters():
     inner = Calls()
     outer = nn.Sequential(nn.Linear(2, 2), nn.ModuleDict({"table": Calls(), "other": nn.ReLU()}))

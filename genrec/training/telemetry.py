@@ -30,7 +30,10 @@ the host spent in it, and the GPU's work shows up where the host waits for it (e
 the step total and the throughput are exact over many steps. Sharded runs (TorchRec): the input and output
 all-to-alls of the embedding lookup are inside ``forward``, the gradients' all-to-all, the dense all-reduce and
 the tables' fused optimizer inside ``backward``; communication is not timed apart (TorchRec's collectives run
-inside autograd and awaitables, which no Lightning hook separates).
+inside autograd and awaitables, which no Lightning hook separates). A task that optimises manually (the pipelined
+sparse input, ``sharding.pipeline=sparse_dist``) fetches, runs forward, backward and the optimizer inside one
+``training_step``, where no hook can split them: its whole step, from the end of the previous one, is counted as
+``other`` and the summary says ``"split": false``.
 
 The callback reads clocks and counters only: it draws no random numbers and changes nothing in training, so exact
 resume holds (tests/test_resume.py runs with it). It keeps no state in checkpoints: after a resume its totals
@@ -220,6 +223,7 @@ class Telemetry(Callback):
         self._summary: dict[str, Any] | None = None
         self._marks: dict[str, float] = {}
         self._previous_end: float | None = None
+        self._split = True  # False for a task that optimises manually (see the module doc)
 
     # ---- set-up and tear-down ------------------------------------------------------------------------------------
 
@@ -229,6 +233,7 @@ class Telemetry(Callback):
         trainer.profiler = self._clock
         self._gpu = _GPU(pl_module.device, self.nvml)
         self._counters = counter_modules(pl_module)
+        self._split = pl_module.automatic_optimization
 
     def _uninstall(self, trainer: L.Trainer) -> None:
         if self._clock is not None and trainer.profiler is self._clock:
@@ -272,9 +277,13 @@ class Telemetry(Callback):
         # a batch without a backward pass (a skipped step) counts as forward only
         before_backward = marks.get("before_backward", end)
         after_backward = marks.get("after_backward", before_backward)
-        parts = {"data": marks["start"] - fetch_start, "forward": before_backward - marks["start"],
-                 "backward": after_backward - before_backward, "optimizer": end - after_backward,
-                 "other": fetch_start - self._previous_end if self._previous_end is not None else 0.0}
+        if self._split:
+            parts = {"data": marks["start"] - fetch_start, "forward": before_backward - marks["start"],
+                     "backward": after_backward - before_backward, "optimizer": end - after_backward,
+                     "other": fetch_start - self._previous_end if self._previous_end is not None else 0.0}
+        else:
+            parts = dict.fromkeys(PARTS, 0.0)
+            parts["other"] = end - (self._previous_end if self._previous_end is not None else marks["start"])
         self._previous_end = end
         samples, positions = batch_counts(batch)
         self.total.add(samples, positions, parts)
@@ -331,6 +340,7 @@ class Telemetry(Callback):
             "parts_share": {part: total.seconds[part] / step_seconds if step_seconds else math.nan for part in PARTS},
             "peak_rss_gib": readings["peak_rss_gib"],
             "processes": trainer.world_size,
+            "split": self._split,
             "note": "this process's steps since it started training (a resumed run counts from the resume); "
                     "host wall-clock times",
         }
@@ -370,6 +380,9 @@ def format_summary(summary: dict[str, Any]) -> str:
              f"  {'part':<10}{'ms/step':>10}{'share':>9}"]
     lines += [f"  {part:<10}{number(summary['parts_ms'][part], '.2f'):>10}"
               f"{number(summary['parts_share'][part], '.1%'):>9}" for part in PARTS]
+    if not summary.get("split", True):
+        lines.append("  (a manually optimised step, e.g. pipelined: its parts run inside one training_step and are "
+                     "not split; all under other)")
     gpu = summary.get("gpu")
     if gpu and "skipped" in gpu:
         lines.append(f"  GPU readings skipped: {gpu['skipped']}")
