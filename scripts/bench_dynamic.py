@@ -44,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -351,6 +352,32 @@ class Tower(torch.nn.Module):
         return self.mlp(rows).square().mean()
 
 
+def store_write_gil(folder: Path, dim: int, rows: int = 4096, writes: int = 40) -> dict:
+    """How much a tier-2 write (RocksDB, ``rows`` records of a ``dim``-wide row with row-wise Adagrad state) slows
+    Python in another thread: a pure-Python loop's speed while a thread writes, relative to its speed alone
+    (1.0: the write releases the interpreter lock; lower: it holds it)."""
+    t = table(dim, rows, store={"path": str(folder)})
+    store = t.store
+    records = np.zeros((rows, t.dtype.itemsize), dtype=np.uint8)
+
+    def spin(seconds: float) -> int:
+        n, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            n += 1
+        return n
+
+    alone = spin(0.5) / 0.5
+    writer = threading.Thread(target=lambda: [store.put(np.arange(rows) + k * rows, records) for k in range(writes)])
+    began, n = time.perf_counter(), 0
+    writer.start()
+    while writer.is_alive():
+        n += spin(0.005)
+    seconds = time.perf_counter() - began
+    t.close()
+    return {"rows_per_write": rows, "ms_per_write": 1e3 * seconds / writes,
+            "python_speed_while_writing": n / seconds / alone}
+
+
 def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path) -> dict:
     stream = zipf_batches(batches, 1.05, seed=4)
     distinct = len(np.unique(stream))
@@ -363,6 +390,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     optimizers = {name: torch.optim.AdamW(towers[name].parameters(), lr=1e-3) for name in variants}
     prefetchers = {name: Prefetcher(t, depth) for name, (t, depth) in variants.items() if depth}
     times = {name: [] for name in variants}
+    waits = {name: [] for name in variants}  # time the step spent getting its mapping (take() or map())
+    cpu = {name: [] for name in variants}  # the training thread's own CPU time per step
     position = {name: 0 for name in variants}
 
     def run(name: str, steps: int, timed: bool) -> None:
@@ -373,9 +402,10 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
         prefetcher = prefetchers.get(name)
         first = position[name]
         for i in range(first, first + steps):
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.thread_time()
             ids = stream[i]
             mapped = prefetcher.take(ids) if prefetcher is not None and i > first else t.map(ids)
+            mapped_at = time.perf_counter()
             if prefetcher is not None and i + 1 < first + steps:
                 prefetcher.submit(stream[i + 1])  # mapped while this step trains
             loss = towers[name](lookup(t, mapped))
@@ -384,6 +414,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
             optimizers[name].zero_grad()
             if timed:
                 times[name].append(time.perf_counter() - began)
+                waits[name].append(mapped_at - began)
+                cpu[name].append(time.thread_time() - began_cpu)
         position[name] = first + steps
 
     kernels = native.load()
@@ -403,6 +435,9 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     base = medians["all_in_memory"]
     return {"batches": batches, "distinct": distinct, "tier0_rows": small, "dim": dim, "hidden": hidden,
             "median_step_s": medians, "ratio_vs_all_in_memory": {k: v / base for k, v in medians.items()},
+            "median_mapping_wait_s": {name: statistics.median(v) for name, v in waits.items()},
+            "median_training_thread_cpu_s": {name: statistics.median(v) for name, v in cpu.items()},
+            "store_write_gil": store_write_gil(folder / "gil", dim),
             "hit_rate_tier0": {k: c["hit_rate_tier0"] for k, c in counters.items()},
             "hit_rate_tier2": {k: c["hit_rate_tier2"] for k, c in counters.items()},
             "compiled_kernels": kernels is not None,

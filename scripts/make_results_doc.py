@@ -1230,6 +1230,18 @@ def _dynamic_prefetch(r: dict) -> list[str]:
                if p.get("compiled_kernels") else "in numpy, which holds the interpreter lock")
         out += ["", f"The prefetcher maps the next batch in a Python thread, {how}, while the training step runs "
                 "(docs/DYNAMIC_EMBEDDINGS.md)."]
+    if "median_mapping_wait_s" in p:
+        wait, cpu = p["median_mapping_wait_s"], p["median_training_thread_cpu_s"]
+        gil = p["store_write_gil"]
+        out += ["", "Where the prefetched step's time goes (medians per step): it waits "
+                f"{wait['tier0_10pct_prefetch'] * 1e3:.1f} ms for its mapping (without prefetching "
+                f"{wait['tier0_10pct'] * 1e3:.1f} ms) and its own thread's CPU time is "
+                f"{cpu['tier0_10pct_prefetch'] * 1e3:.1f} ms against {cpu['all_in_memory'] * 1e3:.1f} ms all in memory; "
+                f"the rest of its {steps['tier0_10pct_prefetch'] * 1e3:.1f} ms is time the training thread is held off: "
+                "by the interpreter lock or the cores, which the mapping, the write-back and RocksDB's own threads "
+                f"share with it. A tier-2 write of {gil['rows_per_write']:,} rows ({gil['ms_per_write']:.1f} ms) "
+                f"slows Python in another thread to {gil['python_speed_while_writing']:.2f} of its speed alone: "
+                "rocksdict's WriteBatch and write hold the interpreter lock."]
     return out + [""]
 
 
