@@ -214,7 +214,7 @@ def training_tables(files: list[dict]) -> list[str]:
 
 def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "recall@10"),
                    goal: float = GOAL_OVER_SASREC) -> list[str]:
-    """SASRec and HSTU with and without side features and actions (scripts/reproduce_features.sh), per dataset
+    """SASRec and HSTU with and without side features and actions (scripts/reproduce_hstu.sh, parts *_features), per dataset
     where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec given
     the same inputs."""
     by_dataset = defaultdict(list)

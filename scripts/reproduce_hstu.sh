@@ -2,7 +2,10 @@
 # HSTU vs SASRec under one protocol (leave-one-out, full-corpus ranking, history removed) and the same budget rules
 # (at most 100 epochs, early stopping after 10 without a better validation NDCG@10), 3 seeds each:
 #   ml100k_hstu, ml100k_hstu_large, ml100k_sasrec (genrec's preset), ml100k_sasrec_cosine (SASRec with HSTU's
-#   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh).
+#   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh); and, not run by default,
+#   ml100k_sasrec_features / ml100k_hstu_features: the same presets with every ML-100K side feature on (each input
+#   event's rating as an action, the item's genres, the user's age bucket, gender and occupation: model.features,
+#   genrec/data/features.py).
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
@@ -13,12 +16,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
 PY=${PYTHON:-.venv/bin/python}
+FEATURES="model.features.actions=true model.features.item=[genres] model.features.user=[age,gender,occupation]"
 declare -A ARGS=(
   [ml100k_hstu]="experiment=ml100k_hstu"
   [ml100k_hstu_large]="experiment=ml100k_hstu model=hstu_large"
   [ml100k_sasrec]="experiment=ml100k_sasrec"
   [ml100k_sasrec_cosine]="experiment=ml100k_sasrec model.name=sasrec_cosine model.similarity=cosine model.loss.temperature=0.05"
   [beauty_hstu]="experiment=beauty_hstu"
+  [ml100k_sasrec_features]="experiment=ml100k_sasrec $FEATURES"
+  [ml100k_hstu_features]="experiment=ml100k_hstu $FEATURES"
 )
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(ml100k_hstu ml100k_hstu_large ml100k_sasrec ml100k_sasrec_cosine beauty_hstu)

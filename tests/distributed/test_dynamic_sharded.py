@@ -12,7 +12,6 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from genrec.embedding.dynamic import DynamicItemEmbedding, DynamicTable
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
@@ -20,6 +19,7 @@ from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
+from tests.distributed.ranks import spawn_ranks
 from tests.distributed.test_sharded_training import make_batch, rank_sequences
 
 pytestmark = pytest.mark.dist
@@ -99,11 +99,7 @@ def reference(optimizer: str, store: str) -> dict:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dynamic_dist")
-    mp.spawn(worker, args=(str(folder),), nprocs=WORLD, join=True)
-    out = [torch.load(folder / f"out.{r}", weights_only=False) for r in range(WORLD)]
-    for r in out:
-        assert "traceback" not in r, r["traceback"]
-    return out, folder
+    return spawn_ranks(worker, (str(folder),), folder / "out", WORLD), folder
 
 
 @pytest.mark.parametrize("optimizer", list(CASES))

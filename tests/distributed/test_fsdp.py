@@ -12,7 +12,6 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from genrec.models.backbones import HFVocabLM
@@ -20,6 +19,7 @@ from genrec.models.sid_generator import SIDGenerator
 from genrec.training.fsdp import FSDPStrategy, is_sharded, shard_generator
 from genrec.training.generative import GenerativeTask
 from genrec.training.trainer import trainer_arguments
+from tests.distributed.ranks import spawn_ranks
 from tests.generative.helpers import make_table, train_batch
 
 WORLD, STEPS = 2, 4
@@ -91,10 +91,7 @@ def worker(rank: int, folder: str) -> None:
 @pytest.mark.dist
 @pytest.mark.slow  # ~2 min on the busy 2-core machine
 def test_two_sharded_processes_train_like_one_on_the_global_batch(tmp_path):
-    mp.spawn(worker, args=(str(tmp_path),), nprocs=WORLD, join=True)
-    out = [torch.load(tmp_path / f"out.{r}", weights_only=False) for r in range(WORLD)]
-    for r in out:
-        assert "traceback" not in r, r["traceback"]
+    out = spawn_ranks(worker, (str(tmp_path),), tmp_path / "out", WORLD)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

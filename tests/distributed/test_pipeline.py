@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from genrec.data.batch import JaggedBatch, TrainSequences, collate
 from genrec.data.schema import SequenceData
@@ -31,6 +30,7 @@ from genrec.models.losses import FullSoftmaxLoss, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
+from tests.distributed.ranks import spawn_ranks
 
 WORLD, DIM, STEPS, TOLERANCE = 2, 16, 5, 1e-6
 #: name -> (encoder, loss, number of items, sharding); HSTU as published: cosine, per-position negatives, t=0.05
@@ -121,11 +121,7 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pipeline")
-    mp.spawn(worker, args=(str(tmp / "init"), str(tmp / "out")), nprocs=WORLD, join=True)
-    out = [torch.load(tmp / f"out.{r}", weights_only=False) for r in range(WORLD)]
-    for r in out:
-        assert "traceback" not in r, r["traceback"]
-    return out
+    return spawn_ranks(worker, (str(tmp / "init"), str(tmp / "out")), tmp / "out", WORLD)
 
 
 def _assert_same_training(got: dict, expected: dict) -> None:

@@ -14,7 +14,6 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from genrec.data.batch import JaggedBatch
 from genrec.dist import ShardingConfig, SparseOptimizerConfig, shard_module
@@ -24,6 +23,7 @@ from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
+from tests.distributed.ranks import spawn_ranks
 
 pytestmark = pytest.mark.dist
 
@@ -181,11 +181,7 @@ def reference(optimizer: str) -> dict:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dist")
-    mp.spawn(worker, args=(str(tmp / "init"), str(tmp / "out")), nprocs=WORLD, join=True)
-    out = [torch.load(tmp / f"out.{r}", weights_only=False) for r in range(WORLD)]
-    for r in out:
-        assert "traceback" not in r, r["traceback"]
-    return out, tmp
+    return spawn_ranks(worker, (str(tmp / "init"), str(tmp / "out")), tmp / "out", WORLD), tmp
 
 
 @pytest.mark.parametrize("kind,optimizer", CASES)
