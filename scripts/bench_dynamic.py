@@ -16,7 +16,8 @@ Sections (each prints its table; all go to ``results/bench_dynamic.json``):
   1 point).
 * ``prefetch``: a training step (lookup + an MLP over each row + fused update) at a 10% tier 0 with tier 2, with
   and without prefetching (and prefetching with the mapping in numpy instead of the compiled kernels), vs the
-  same step with everything in memory (goal: prefetched <= 1.2x).
+  same step with everything in memory (goal: prefetched <= 1.2x); the CPU time per step of every thread (training,
+  mapping, write-back, RocksDB's pool), which says whether the background work fits beside the step.
 * ``sasrec``: a SASRec training step on the dynamic table (everything fits, admission always) vs the static
   TorchRec table (goal: overhead <= 10%).
 * ``larger_than_memory``: in a child process, a table growing to >= 4x a memory budget (tier 0 + bookkeeping +
@@ -378,6 +379,29 @@ def store_write_gil(folder: Path, dim: int, rows: int = 4096, writes: int = 40) 
             "python_speed_while_writing": n / seconds / alone}
 
 
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process's threads, summed by role: ``training`` (the main
+    thread), ``mapping`` (prefetch threads), ``write_back``, ``rocksdb`` (RocksDB's flush and compaction pool) and
+    ``other``; read from /proc (Linux), empty elsewhere."""
+    roles = {"genrec-prefetch": "mapping", "genrec-write-back": "write_back"}
+    python_names = {t.native_id: t.name for t in threading.enumerate()}
+    main = threading.main_thread().native_id
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        name = python_names.get(int(tid), comm)
+        role = ("training" if int(tid) == main else roles.get(name)
+                or ("rocksdb" if comm.startswith("rocksdb") else "other"))
+        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path) -> dict:
     stream = zipf_batches(batches, 1.05, seed=4)
     distinct = len(np.unique(stream))
@@ -392,6 +416,7 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     times = {name: [] for name in variants}
     waits = {name: [] for name in variants}  # time the step spent getting its mapping (take() or map())
     cpu = {name: [] for name in variants}  # the training thread's own CPU time per step
+    threads_cpu = {name: {} for name in variants}  # every thread's CPU seconds during the variant's timed blocks
     position = {name: 0 for name in variants}
 
     def run(name: str, steps: int, timed: bool) -> None:
@@ -401,6 +426,7 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
         native._loaded[:] = [None] if name.endswith("_numpy") else [kernels]
         prefetcher = prefetchers.get(name)
         first = position[name]
+        before = thread_cpu_seconds() if timed else {}
         for i in range(first, first + steps):
             began, began_cpu = time.perf_counter(), time.thread_time()
             ids = stream[i]
@@ -417,6 +443,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
                 waits[name].append(mapped_at - began)
                 cpu[name].append(time.thread_time() - began_cpu)
         position[name] = first + steps
+        for role, seconds in (thread_cpu_seconds().items() if timed else ()):
+            threads_cpu[name][role] = threads_cpu[name].get(role, 0.0) + seconds - before.get(role, 0.0)
 
     kernels = native.load()
     warm = batches // 2
@@ -437,6 +465,9 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
             "median_step_s": medians, "ratio_vs_all_in_memory": {k: v / base for k, v in medians.items()},
             "median_mapping_wait_s": {name: statistics.median(v) for name, v in waits.items()},
             "median_training_thread_cpu_s": {name: statistics.median(v) for name, v in cpu.items()},
+            "cores": os.cpu_count(),
+            "cpu_s_per_step_by_thread": {name: {role: seconds / len(times[name]) for role, seconds in roles.items()}
+                                         for name, roles in threads_cpu.items()},
             "store_write_gil": store_write_gil(folder / "gil", dim),
             "hit_rate_tier0": {k: c["hit_rate_tier0"] for k, c in counters.items()},
             "hit_rate_tier2": {k: c["hit_rate_tier2"] for k, c in counters.items()},

@@ -1242,6 +1242,15 @@ def _dynamic_prefetch(r: dict) -> list[str]:
                 f"share with it. A tier-2 write of {gil['rows_per_write']:,} rows ({gil['ms_per_write']:.1f} ms) "
                 f"slows Python in another thread to {gil['python_speed_while_writing']:.2f} of its speed alone: "
                 "rocksdict's WriteBatch and write hold the interpreter lock."]
+    if "cpu_s_per_step_by_thread" in p:
+        by_thread = p["cpu_s_per_step_by_thread"]["tier0_10pct_prefetch"]
+        background = sum(seconds for role, seconds in by_thread.items() if role != "training")
+        floor = (by_thread["training"] + background) / p["cores"]
+        parts = ", ".join(f"{role} {seconds * 1e3:.1f} ms" for role, seconds in by_thread.items() if seconds)
+        out += ["", f"CPU per prefetched step, by thread: {parts}. The background threads need {background * 1e3:.1f} "
+                f"ms of CPU per step beside the training thread's, so on {p['cores']} cores a step cannot take less "
+                f"than {floor * 1e3:.1f} ms ({floor / steps['all_in_memory']:.2f}x all in memory) however well the "
+                "work overlaps: the goal needs that work to shrink or more cores."]
     return out + [""]
 
 

@@ -59,6 +59,14 @@ def test_bad_split_before_the_data_loads(tmp_path, split, expected):
     assert not (tmp_path / "cache").exists()
 
 
+def test_prefetching_is_refused_before_the_data_loads(tmp_path):
+    """genrec-train draws each step's candidates in the forward pass, so a prefetch setting would do nothing."""
+    proc = _cli("genrec.train", *TINY_RUN, "embedding@model.embedding=dynamic", "model.embedding.prefetch_depth=1",
+                f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "model.embedding.prefetch_depth: genrec-train maps each step's IDs")
+    assert not (tmp_path / "cache").exists()
+
+
 def test_missing_and_truncated_resume_checkpoints(run_copy, tmp_path):
     proc = _cli("genrec.train", f"resume_from={tmp_path / 'nothing'}", cwd=tmp_path)
     _one_line_error(proc, "genrec-train", f"resume_from={tmp_path / 'nothing'}", "expected a run folder")

@@ -31,6 +31,7 @@ from genrec.stream.baselines import ONLINE_BASELINES
 from genrec.stream.exports import check_exportable
 from genrec.stream.learner import Learner
 from genrec.stream.trainer import StreamTrainer
+from genrec.training.tables import check_table_config
 from genrec.utils.provenance import provenance, write_json
 
 log = logging.getLogger("genrec.stream")
@@ -81,6 +82,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("prequential.baselines", f"unknown baseline(s) {unknown}; known: {sorted(ONLINE_BASELINES)}")
     if cfg.state.backend not in ("rocksdb", "lmdb"):
         raise ConfigError("state.backend", f"must be rocksdb or lmdb, got {cfg.state.backend!r}")
+    check_table_config(cfg, "genrec-stream")
     if cfg.model.get("kind", "retrieval") != "retrieval":
         raise ConfigError("model", f"model={cfg.model.name} is generative; the stream trainer trains retrieval models "
                                    "(sasrec, hstu)")

@@ -55,9 +55,11 @@ def close_tables(module: nn.Module) -> None:
         table.close()
 
 
-def check_table_config(cfg: DictConfig) -> None:
+def check_table_config(cfg: DictConfig, program: str = "genrec-train") -> None:
     """A dynamic item table's settings (``model.embedding``), checked before the data loads: a bad value is a
-    :class:`ConfigError` naming its key (``model.embedding.capacity``)."""
+    :class:`ConfigError` naming its key (``model.embedding.capacity``). ``program`` (genrec-train, genrec-stream)
+    draws each step's candidates in its forward pass, so it cannot know the next step's IDs: it refuses
+    ``prefetch_depth > 0`` rather than ignore it."""
     node = OmegaConf.select(cfg, "model.embedding")
     if node is None or node.get("_target_") not in ("genrec.embedding.dynamic.DynamicItemEmbedding",
                                                     f"{DynamicItemEmbedding.__module__}.DynamicItemEmbedding"):
@@ -66,9 +68,14 @@ def check_table_config(cfg: DictConfig) -> None:
     for key in ("_target_", "feature"):
         settings.pop(key, None)
     try:
-        DynamicTableConfig.build(settings.pop("dim", None), settings.pop("capacity", None), **settings)
+        config = DynamicTableConfig.build(settings.pop("dim", None), settings.pop("capacity", None), **settings)
     except ConfigError as err:
         raise ConfigError(f"model.{err.key}", str(err).split(": ", 1)[1]) from None
+    if config.prefetch_depth:
+        raise ConfigError("model.embedding.prefetch_depth",
+                          f"{program} maps each step's IDs in its forward pass (the loss draws its candidates there), "
+                          "so it cannot prefetch: set 0. Prefetching is for a training loop that calls "
+                          "DynamicItemEmbedding.prefetch with the next step's IDs (docs/DYNAMIC_EMBEDDINGS.md)")
 
 
 def private_stores(cfg: DictConfig) -> DictConfig:
