@@ -416,7 +416,7 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     times = {name: [] for name in variants}
     waits = {name: [] for name in variants}  # time the step spent getting its mapping (take() or map())
     cpu = {name: [] for name in variants}  # the training thread's own CPU time per step
-    threads_cpu = {name: {} for name in variants}  # every thread's CPU seconds during the variant's timed blocks
+    threads_cpu = {name: {} for name in [*variants, "with_store"]}  # CPU seconds by thread role in timed blocks
     position = {name: 0 for name in variants}
 
     def run(name: str, steps: int, timed: bool) -> None:
@@ -444,9 +444,13 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
                 cpu[name].append(time.thread_time() - began_cpu)
         position[name] = first + steps
         for role, seconds in (thread_cpu_seconds().items() if timed else ()):
-            threads_cpu[name][role] = threads_cpu[name].get(role, 0.0) + seconds - before.get(role, 0.0)
+            # RocksDB's pool is shared by every table's store and runs behind the writes (it compacts what earlier
+            # blocks wrote): its CPU is shared out equally over the store variants' steps below
+            owner = "with_store" if role == "rocksdb" else name
+            threads_cpu[owner][role] = threads_cpu[owner].get(role, 0.0) + seconds - before.get(role, 0.0)
 
     kernels = native.load()
+    load_start = os.getloadavg()[0]
     warm = batches // 2
     for name in variants:  # fill the tables: the first half of the stream, untimed
         run(name, warm, timed=False)
@@ -465,9 +469,11 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
             "median_step_s": medians, "ratio_vs_all_in_memory": {k: v / base for k, v in medians.items()},
             "median_mapping_wait_s": {name: statistics.median(v) for name, v in waits.items()},
             "median_training_thread_cpu_s": {name: statistics.median(v) for name, v in cpu.items()},
-            "cores": os.cpu_count(),
+            "cores": os.cpu_count(), "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]},
             "cpu_s_per_step_by_thread": {name: {role: seconds / len(times[name]) for role, seconds in roles.items()}
-                                         for name, roles in threads_cpu.items()},
+                                         for name, roles in threads_cpu.items() if name in variants},
+            "rocksdb_cpu_s_per_store_step": threads_cpu["with_store"].get("rocksdb", 0.0) / sum(
+                len(times[name]) for name, (t, _) in variants.items() if t.store is not None),
             "store_write_gil": store_write_gil(folder / "gil", dim),
             "hit_rate_tier0": {k: c["hit_rate_tier0"] for k, c in counters.items()},
             "hit_rate_tier2": {k: c["hit_rate_tier2"] for k, c in counters.items()},

@@ -1243,14 +1243,20 @@ def _dynamic_prefetch(r: dict) -> list[str]:
                 f"slows Python in another thread to {gil['python_speed_while_writing']:.2f} of its speed alone: "
                 "rocksdict's WriteBatch and write hold the interpreter lock."]
     if "cpu_s_per_step_by_thread" in p:
-        by_thread = p["cpu_s_per_step_by_thread"]["tier0_10pct_prefetch"]
+        by_thread = {**p["cpu_s_per_step_by_thread"]["tier0_10pct_prefetch"],
+                     "rocksdb": p["rocksdb_cpu_s_per_store_step"]}
         background = sum(seconds for role, seconds in by_thread.items() if role != "training")
         floor = (by_thread["training"] + background) / p["cores"]
         parts = ", ".join(f"{role} {seconds * 1e3:.1f} ms" for role, seconds in by_thread.items() if seconds)
-        out += ["", f"CPU per prefetched step, by thread: {parts}. The background threads need {background * 1e3:.1f} "
+        load = p["load_average_1min"]
+        out += ["", f"CPU per prefetched step, by thread (RocksDB's shared flush/compaction pool: its total over the "
+                f"timed blocks per step of a variant with a store): {parts}. The background threads need {background * 1e3:.1f} "
                 f"ms of CPU per step beside the training thread's, so on {p['cores']} cores a step cannot take less "
                 f"than {floor * 1e3:.1f} ms ({floor / steps['all_in_memory']:.2f}x all in memory) however well the "
-                "work overlaps: the goal needs that work to shrink or more cores."]
+                "work overlaps: " + ("the goal needs that work to shrink, or more cores." if floor > 1.2 * steps[
+                    "all_in_memory"] else "that floor is under the goal, so the rest of the gap is the interpreter "
+                "lock and the scheduler, not the amount of work.") + " Load average (1 min) "
+                f"{load['start']:.1f} at the start of the timed blocks, {load['end']:.1f} at the end."]
     return out + [""]
 
 
