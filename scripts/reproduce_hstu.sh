@@ -5,7 +5,9 @@
 #   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh); and, not run by default,
 #   ml100k_sasrec_features / ml100k_hstu_features: the same presets with every ML-100K side feature on (each input
 #   event's rating as an action, the item's genres, the user's age bucket, gender and occupation: model.features,
-#   genrec/data/features.py).
+#   genrec/data/features.py); scientific_sasrec / scientific_hstu (Amazon Scientific 2018, the Amazon presets,
+#   at most 100 epochs) and scientific_sasrec_features / scientific_hstu_features with its item features (brand and
+#   category path; the data has no ratings, user attributes or times; the Beauty 2014 copy has no side features).
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
@@ -17,6 +19,7 @@ cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
 PY=${PYTHON:-.venv/bin/python}
 FEATURES="model.features.actions=true model.features.item=[genres] model.features.user=[age,gender,occupation]"
+AMAZON_FEATURES="model.features.item=[brand,categories]"
 declare -A ARGS=(
   [ml100k_hstu]="experiment=ml100k_hstu"
   [ml100k_hstu_large]="experiment=ml100k_hstu model=hstu_large"
@@ -25,6 +28,10 @@ declare -A ARGS=(
   [beauty_hstu]="experiment=beauty_hstu"
   [ml100k_sasrec_features]="experiment=ml100k_sasrec $FEATURES"
   [ml100k_hstu_features]="experiment=ml100k_hstu $FEATURES"
+  [scientific_sasrec]="experiment=scientific_sasrec trainer.max_epochs=100"
+  [scientific_hstu]="experiment=scientific_hstu"
+  [scientific_sasrec_features]="experiment=scientific_sasrec trainer.max_epochs=100 $AMAZON_FEATURES"
+  [scientific_hstu_features]="experiment=scientific_hstu $AMAZON_FEATURES"
 )
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(ml100k_hstu ml100k_hstu_large ml100k_sasrec ml100k_sasrec_cosine beauty_hstu)
