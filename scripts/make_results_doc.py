@@ -351,7 +351,8 @@ def comparison(dataset: str, by_model: dict[str, list[dict]], metric: str = "ndc
 POST_PREFIX = "post_"
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
-               "sdpo": "SFT + S-DPO", "distill": "SFT + distillation from SASRec",
+               "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
+               "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
                "llm_lora": "LLM backbone (llama, random init), LoRA"}
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
@@ -433,13 +434,13 @@ def post_training_tables(files: list[dict]) -> list[str]:
             f"(`{best_name}`) is {math.sqrt(recall * (1 - recall) / users):.4f}.", ""]
     control = {r["seed"]: r for r in by_stage.get("sft_more", [])}
     lines = []
-    for stage in ("dpo", "sdpo", "distill"):
+    for stage in ("dpo", "sdpo", "sdpo_sft", "distill"):
         paired = [(r, control[r["seed"]]) for r in by_stage.get(stage, []) if r["seed"] in control]
         if not paired:
             continue
         changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
         verdict = ""
-        if stage == "sdpo":
+        if stage.startswith("sdpo"):
             verdict = (" — goal (+{:.0%}) {}".format(GOAL_SDPO, "met" if statistics.mean(changes) >= GOAL_SDPO
                                                         else "**not** met"))
         lines.append(f"- `{POST_STAGES[stage]}` vs the control, test NDCG@10 per seed "
@@ -449,7 +450,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
         out += ["Each stage against continued SFT from the same checkpoint (same seed, same extra epochs):", ""]
         out += lines + [""]
     out += POST_NOTES
-    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo") if by_stage.get(s)
+    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo", "sdpo_sft") if by_stage.get(s)
                and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:
         keys = ["loss", "chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy", "chosen_log_ratio",

@@ -8,6 +8,8 @@
 #    checkpoint (init_from) for the same number of extra epochs and the same optimizer settings:
 #    continued SFT (the control) -> post_sft_more_seed<S>; DPO (1 popularity negative) -> post_dpo_seed<S>;
 #    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
+#    ARMS (default "sft_more dpo sdpo distill") picks among these and sdpo_sft: S-DPO plus the chosen item's
+#    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -36,11 +38,12 @@ for seed in ${SEEDS:-0 1 2}; do
   "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" \
     results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
   STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
-  for arm in "sft_more" "dpo align=dpo" "sdpo align=sdpo" \
-             "distill distill=teacher distill.teacher=$RUNS/teacher"; do
-    read -r name extra <<< "$arm"
-    # shellcheck disable=SC2086  # extra: the arm's overrides
-    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" $extra \
+  declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
+                  [distill]="distill=teacher distill.teacher=$RUNS/teacher")
+  for name in ${ARMS:-sft_more dpo sdpo distill}; do
+    [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
+    # shellcheck disable=SC2086  # the arm's overrides
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" ${ARM[$name]} \
       results_name="post_${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
   done
 done
