@@ -54,6 +54,16 @@ def served_metrics(top: np.ndarray, targets: np.ndarray) -> dict[str, float]:
             "ndcg@10": float(np.mean([1 / math.log2(r + 2) if r is not None else 0.0 for r in hit_rank]))}
 
 
+def history_times(data, batch, histories: list[list[int]]) -> tuple[list[list[int]], list[int]] | tuple[None, None]:
+    """The times of every user's whole history (``histories``: each user's items before the target) and of its
+    target (the request), read from the data: ``(times per history, request times)``, or Nones without times."""
+    if data.timestamps is None:
+        return None, None
+    starts = data.offsets[batch.user_ids.numpy()]
+    times = [data.timestamps[s:s + len(h)].tolist() for s, h in zip(starts, histories)]
+    return times, [int(data.timestamps[s + len(h)]) for s, h in zip(starts, histories)]
+
+
 def check(export_dir: Path, tie_tol: float = 1e-5) -> dict:
     manifest = json.loads((export_dir / "manifest.json").read_text())
     source = manifest["source"]
@@ -63,6 +73,7 @@ def check(export_dir: Path, tie_tol: float = 1e-5) -> dict:
     batches = list(datamodule.test_dataloader())
     histories = [[batch.seen_ids[a:b].tolist() for a, b in zip(batch.seen_offsets[:-1], batch.seen_offsets[1:])]
                  for batch in batches]
+    times = [history_times(datamodule.data, batch, h) for batch, h in zip(batches, histories)]
     reference = [framework_top_k(task.model, batch, K, exclude) for batch in batches]
     exact_ids = np.concatenate([ids for ids, _ in reference])
     exact_scores = np.concatenate([scores for _, scores in reference])
@@ -72,7 +83,8 @@ def check(export_dir: Path, tie_tol: float = 1e-5) -> dict:
     for name in manifest["retrieval"]["indexes"]:
         retriever = ExportedRetriever(export_dir, name)
         started = time.perf_counter()
-        served = [retriever.search_dense(h, K) for h in histories]
+        served = [retriever.search_dense(h, K, *(t if retriever.with_time else (None, None)))
+                  for h, t in zip(histories, times)]
         seconds = time.perf_counter() - started
         ids = np.concatenate([i for i, _ in served])
         scores = np.concatenate([s for _, s in served])

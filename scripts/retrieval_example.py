@@ -2,10 +2,12 @@
 
     python scripts/retrieval_example.py runs/<data>-<model>/<time>/export --history 17 4 230 --k 10
     python scripts/retrieval_example.py <export dir> --history 17 4 230 --index index_flat
+    python scripts/retrieval_example.py <HSTU export> --history 17 4 230 --times 100 200 300 --query-time 400
 
 Loads ``manifest.json``, checks every file it uses against the manifest (checksum, dimensions, item count),
-encodes the user's history (raw item IDs, oldest first) with the exported user tower, searches the faiss index,
-drops the padding ID and the history's own items (as genrec's evaluation does) and prints raw item IDs.
+encodes the user's history (raw item IDs, oldest first; with their times and the request's time when the tower
+takes them: HSTU trained with its time bias) with the exported user tower, searches the faiss index, drops the
+padding ID and the history's own items (as genrec's evaluation does) and prints raw item IDs.
 A file that is missing, corrupted or does not match the manifest stops with an :class:`ArtifactError` naming
 the file and what differs.
 """
@@ -76,12 +78,14 @@ class ExportedRetriever:
         self.dense_of = {raw: dense for dense, raw in enumerate(self.raw_ids) if dense != 0}
 
         tower_path = self._checked(retrieval["query_encoder"])
+        inputs = [i["name"] for i in m["artifacts"][retrieval["query_encoder"]]["inputs"]]
+        self.with_time = "timestamps" in inputs  # HSTU with its time bias: item times and the request's time
         try:
             self.tower = torch.export.load(tower_path).module()
         except Exception as err:  # torch raises many types for a bad archive
             raise ArtifactError(f"{tower_path}: cannot be loaded by torch.export.load ({type(err).__name__}: "
                                 f"{err})") from None
-        probe = self.encode([[1]])
+        probe = self.encode([[1]], [[0]], [0]) if self.with_time else self.encode([[1]])
         if probe.shape != (1, self.dim):
             raise ArtifactError(f"{tower_path}: query vectors have shape {tuple(probe.shape[1:])} per user, "
                                 f"manifest says dim {self.dim}")
@@ -120,19 +124,34 @@ class ExportedRetriever:
         return [self.dense_of[raw] for raw in raw_history]
 
     @torch.no_grad()
-    def encode(self, histories: list[list[int]]) -> np.ndarray:
-        """Dense-ID histories (each non-empty, oldest first) -> ``(B, D)`` float32 query vectors."""
+    def encode(self, histories: list[list[int]], times: list[list[int]] | None = None,
+               query_times: list[int] | None = None) -> np.ndarray:
+        """Dense-ID histories (each non-empty, oldest first) -> ``(B, D)`` float32 query vectors. A tower with
+        :attr:`with_time` also takes every history item's time and each request's time (unix seconds)."""
         lengths = [len(h) for h in histories]
         if min(lengths) < 1:
             raise ValueError("every history needs at least one item")
         ids = torch.tensor([i for h in histories for i in h], dtype=torch.int64)
         offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int64)
-        return self.tower(ids, offsets).numpy()
+        if not self.with_time:
+            if times is not None or query_times is not None:
+                raise ValueError("this export's user tower takes no times (its model was trained without them)")
+            return self.tower(ids, offsets).numpy()
+        if times is None or query_times is None:
+            raise ValueError("this export's user tower (HSTU trained with its time bias) needs every history "
+                             "item's time and the request's time")
+        if [len(t) for t in times] != lengths or len(query_times) != len(histories):
+            raise ValueError(f"times: expected one per history item ({lengths}) and one request time per history "
+                             f"({len(histories)}), got {[len(t) for t in times]} and {len(query_times)}")
+        return self.tower(ids, offsets, torch.tensor([t for ts in times for t in ts], dtype=torch.int64),
+                          torch.tensor(query_times, dtype=torch.int64)).numpy()
 
-    def search_dense(self, histories: list[list[int]], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` dense item IDs ``(B, k)`` and scores ``(B, k)`` per history, the history's items removed
-        when the model was evaluated that way; ``-1`` pads a row with fewer than ``k`` results."""
-        queries = self.encode(histories)
+    def search_dense(self, histories: list[list[int]], k: int = 10, times: list[list[int]] | None = None,
+                     query_times: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` dense item IDs ``(B, k)`` and scores ``(B, k)`` per history (times as :meth:`encode`'s), the
+        history's items removed when the model was evaluated that way; ``-1`` pads a row with fewer than ``k``
+        results."""
+        queries = self.encode(histories, times, query_times)
         exclude = [set(h) if self.exclude_history else set() for h in histories]
         scores, labels = self.index.search(queries, k + max(len(e) for e in exclude))
         ids, kept_scores = np.full((len(histories), k), -1, np.int64), np.zeros((len(histories), k), np.float32)
@@ -141,9 +160,12 @@ class ExportedRetriever:
             ids[row, :len(keep)], kept_scores[row, :len(keep)] = found[keep], score[keep]
         return ids, kept_scores
 
-    def recommend(self, raw_history: list, k: int = 10) -> list[tuple[object, float]]:
-        """One user's raw-ID history (oldest first) -> ``k`` (raw item ID, score), best first."""
-        ids, scores = self.search_dense([self.to_dense(raw_history)], k)
+    def recommend(self, raw_history: list, k: int = 10, times: list[int] | None = None,
+                  query_time: int | None = None) -> list[tuple[object, float]]:
+        """One user's raw-ID history (oldest first; with its items' times and the request's time when
+        :attr:`with_time`) -> ``k`` (raw item ID, score), best first."""
+        ids, scores = self.search_dense([self.to_dense(raw_history)], k, None if times is None else [times],
+                                        None if query_time is None else [query_time])
         return [(self.raw_ids[i], float(s)) for i, s in zip(ids[0], scores[0]) if i > 0]
 
 
@@ -153,12 +175,15 @@ def main() -> None:
     parser.add_argument("--history", nargs="+", required=True, help="raw item IDs, oldest first")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--index", default=None, help="artifact name of the index (default: the manifest's)")
+    parser.add_argument("--times", nargs="+", type=int, default=None,
+                        help="unix seconds of every history item (an HSTU tower trained with its time bias)")
+    parser.add_argument("--query-time", type=int, default=None, help="unix seconds of the request (with --times)")
     args = parser.parse_args()
     try:
         retriever = ExportedRetriever(args.export_dir, args.index)
         as_raw = {str(raw): raw for raw in retriever.dense_of}  # command-line strings -> raw IDs of their JSON type
         history = [as_raw.get(h, h) for h in args.history]
-        top = retriever.recommend(history, args.k)
+        top = retriever.recommend(history, args.k, args.times, args.query_time)
     except ValueError as err:  # ArtifactError included
         sys.exit(f"retrieval_example: error: {err}")
     print(f"{retriever.index_name}: top {args.k} for history {history}")
