@@ -230,10 +230,10 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
         for r in runs:
             groups[(_features(r), r["model"])].append(r)
         out += [f"## Side features and actions: {dataset}", "",
-                "SASRec and HSTU (genrec's `ml100k_sasrec` / `ml100k_hstu` presets) with and without side features "
-                "(`model.features`: see README). Same protocol and budget rules as the table above; test split, best "
-                "validation checkpoint, mean ± std over seeds. Train times on the 2-core machine shared with other "
-                "jobs (load 7-13 while the feature runs trained, two at a time).", "",
+                f"SASRec and HSTU (genrec's `{dataset}_sasrec` / `{dataset}_hstu` presets, "
+                "`scripts/reproduce_hstu.sh`) with and without side features (`model.features`: see README). Same "
+                "protocol and budget rules as the table above; test split, best validation checkpoint, mean ± std "
+                "over seeds. Train times are wall times on the 2-core machine, several runs side by side.", "",
                 "| features | model | " + " | ".join(f"test {m}" for m in metrics) + " | seeds | "
                 "epochs (best), train time | source |", "|---|---|" + "---|" * (len(metrics) + 3)]
         for (features, model), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "none", kv[0])):
