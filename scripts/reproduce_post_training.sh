@@ -9,7 +9,8 @@
 #    continued SFT (the control) -> post_sft_more_seed<S>; DPO (1 popularity negative) -> post_dpo_seed<S>;
 #    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
 #    ARMS (default "sft_more dpo sdpo distill") picks among these and sdpo_sft: S-DPO plus the chosen item's
-#    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>;
+#    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>; sdpo_sft_beam: the same with the SFT model's
+#    own beam as negatives (hard negatives) -> post_sdpo_sft_beam_seed<S>;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -35,10 +36,13 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
 fi
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
-  "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" trainer.max_epochs="${SFT_EPOCHS:-40}" \
-    results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
+  if [ ! -f "$RUNS/sft-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for another ARMS)
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" \
+      trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
+  fi
   STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
   declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
+                  [sdpo_sft_beam]="align=sdpo align.sft_weight=1.0 align.negatives=beam"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS:-sft_more dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
