@@ -363,9 +363,17 @@ POST_NOTES = [
     "seed. DPO and S-DPO (β 0.1, popularity negatives, no next-token term: `align.sft_weight` 0) do not: their best "
     "validation epoch was the first of three, and they end slightly below the SFT checkpoint they started from. The "
     "table below shows why: the rejected items' likelihood fell, but so did the chosen item's (a negative chosen "
-    "log-ratio) and the held-out target's (test log p(target)), the known DPO failure. Not tried for lack of time "
-    "on the shared machine: `align.sft_weight` > 0, a lower learning rate than 5e-4, beam (hard) negatives, and "
-    "alignment after a converged SFT model; on Beauty none of these stages was run.", "",
+    "log-ratio) and the held-out target's (test log p(target)), the known DPO failure. Two fixes were tried "
+    "against the same control (re-run from the same SFT checkpoints, which a re-run reproduced bit for bit): adding "
+    "the chosen item's next-token loss (`align.sft_weight` 1) stops the chosen item's likelihood falling (its "
+    "log-ratio turns positive) and halves the loss against the control (-4.9% instead of -8.1%), still below it; "
+    "taking the negatives from the SFT model's own beam (hard negatives) makes it far worse (-15.5%), with the "
+    "largest reward margins of all: it pushes down exactly the items the model ranks highest after the chosen one "
+    "(whether those are items the user takes later was not measured). What we think "
+    "keeps every preference stage below continued SFT here: a stage has one preference example per user (the last "
+    "training item), where continued SFT learns from every position of every training sequence in the same number "
+    "of steps. Not tried: preference examples at every position, a lower learning rate than 5e-4, alignment after "
+    "a converged SFT model; on Beauty none of these stages was run.", "",
     "The generator on a small random-initialised llama (`backbone=hf_vocab`, full fine-tuning, one seed, 5 epochs, "
     "still improving) is the only generative model here level with the best baseline, within the test set's noise "
     "(standard error above); it also beats the GPT-stack SFT runs, which differ in the stack (dropout 0.1, learned "
@@ -404,8 +412,9 @@ def post_training_tables(files: list[dict]) -> list[str]:
            "checkpoint. SIDs: residual k-means on the SASRec teacher's item table (collaborative). Every stage starts "
            "from its seed's SFT best checkpoint and trains the same number of epochs with the same optimizer; the "
            "control continues next-token training. One CPU thread per run on a shared 2-core machine (load average "
-           "20-30: up to 13 of these runs side by side with other engineers' jobs), so train times are wall times "
-           "under contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
+           "20-30 for the first runs, up to 13 of them side by side with other engineers' jobs; 5-8 for the "
+           "re-run of the teacher, SFT, control and the `sdpo_sft*` arms), so train times are wall times under "
+           "contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
            "last (counted from 0) means the run was still improving.", "",
            "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
            "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
