@@ -88,6 +88,12 @@ COLUMNS = ["recall@5", "ndcg@5", "recall@10", "ndcg@10", "mrr"]
 GOAL_OVER_SASREC = 0.08
 
 
+def _commits(runs: list[dict]) -> str:
+    """The runs' commits (12 characters), ``+dirty`` where tracked files differed from the commit when the run
+    started (until 2026-12-01 that included the regenerated results/ files themselves)."""
+    return ", ".join(f"`{c[:12]}{'+dirty' if c.endswith('+dirty') else ''}`" for c in sorted({r["commit"] for r in runs}))
+
+
 def _cell(values: list[float]) -> str:
     if not values:
         return "–"
@@ -170,7 +176,8 @@ def training_tables(files: list[dict]) -> list[str]:
     protocol, published rows (leave-one-out)."""
     by_dataset = defaultdict(list)
     for r in files:
-        if "metrics" in r and "test" in r.get("metrics", {}) and not r["name"].startswith(POST_PREFIX):
+        if ("metrics" in r and "test" in r.get("metrics", {}) and not r["name"].startswith(POST_PREFIX)
+                and SID_SOURCE_TAG not in r["name"]):
             by_dataset[r["dataset"]["dataset"], _split(r)["kind"]].append(r)
     out = []
     for (dataset, kind), runs in sorted(by_dataset.items()):
@@ -197,8 +204,7 @@ def training_tables(files: list[dict]) -> list[str]:
         published = PUBLISHED.get(dataset, {}) if loo else {}
         for name, metrics in published.items():
             out.append(_row(f"*{name}*", [metrics], "–", "published, not measured here"))
-        commits = sorted({r["commit"] for r in runs})
-        out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
+        out += ["", f"Commits: {_commits(runs)}.", ""]
         resumed = sorted(r["name"] for r in runs if r.get("config", {}).get("resume_from"))
         if resumed:
             names = ", ".join(f"`results/{n}.json`" for n in resumed)
@@ -220,7 +226,8 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
     by_dataset = defaultdict(list)
     for r in files:
         sharded = ((r.get("config") or {}).get("sharding") or {}).get("type")
-        if r.get("model") in ("sasrec", "hstu") and "test" in r.get("metrics", {}) and not sharded:
+        if (r.get("model") in ("sasrec", "hstu") and "test" in r.get("metrics", {}) and not sharded
+                and _split(r)["kind"] == "leave_one_out"):
             by_dataset[r["dataset"]["dataset"]].append(r)
     out = []
     for dataset, runs in sorted(by_dataset.items()):
@@ -245,7 +252,7 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
         for name, b in first["baselines"].items():
             out.append(f"| – | {name} (baseline) | " + " | ".join(f"{b['test'][m]:.4f}" for m in metrics)
                        + f" | – | – | `results/{first['name']}.json` |")
-        out += ["", f"Commits: {', '.join(sorted(f'`{c[:12]}`' for c in {r['commit'] for r in runs}))}.", ""]
+        out += ["", f"Commits: {_commits(runs)}.", ""]
         cut = [r for r in runs if _cut_by_budget(r)]
         if cut:
             out += ["**Stopped by an epoch budget before early stopping** (not the presets' budget of at most 100 "
@@ -348,6 +355,55 @@ def comparison(dataset: str, by_model: dict[str, list[dict]], metric: str = "ndc
 
 
 #: results of scripts/reproduce_post_training.sh (their own section: a reduced dataset, stages vs their control)
+#: results of scripts/reproduce_beauty_sid_sources.sh (<dataset>_sidsrc_<source>_seed<S>): their own table
+SID_SOURCE_TAG = "_sidsrc_"
+
+
+def sid_source_tables(files: list[dict]) -> list[str]:
+    """The generator at one budget over SID tables made from different item embeddings (text, collaborative,
+    fused; scripts/reproduce_beauty_sid_sources.sh), per dataset, beside the baselines and SASRec of the protocol."""
+    by_dataset = defaultdict(list)
+    for r in files:
+        if SID_SOURCE_TAG in r.get("name", "") and "test" in r.get("metrics", {}):
+            by_dataset[r["dataset"]["dataset"]].append(r)
+    out = []
+    for dataset, runs in sorted(by_dataset.items()):
+        by_source = defaultdict(list)
+        for r in sorted(runs, key=lambda r: r["seed"]):
+            by_source[r["sid_table"]["tokenizer"]["encoder"]["name"]].append(r)
+        first = runs[0]
+        epochs = sorted({r["config"]["trainer"]["max_epochs"] for r in runs})
+        out += [f"## Semantic-ID source for generative retrieval: {dataset}", "",
+                f"`scripts/reproduce_beauty_sid_sources.sh`: the {first['model']} generator (its preset) trained with "
+                f"the same budget (at most {', '.join(map(str, epochs))} epochs; best validation checkpoint) on "
+                "semantic-ID tables that differ only in the item embedding RQ-VAE quantises (3 x 256 codes + a "
+                "collision level, seed 0): item text (MiniLM), the item table of a SASRec trained on the same "
+                "split (collaborative), or both side by side (fused). Beam 20 constrained by the prefix trie. "
+                "Leave-one-out, full-corpus ranking, history removed; test split. The budget is far below "
+                "convergence (the decoder-only row of the table above trained longer): compare the rows with each "
+                "other, not with that row.", "",
+                "| SID source (codebooks) | " + " | ".join(COLUMNS) + " | seeds | epochs (best), train time | invalid "
+                "| source |", "|---|" + "---|" * (len(COLUMNS) + 4)]
+        for source, group in sorted(by_source.items()):
+            sizes = "x".join(str(k) for k in group[0]["sid_table"]["codebook_sizes"])
+            names = ", ".join(f"`results/{r['name']}.json`" for r in group)
+            invalid = _cell([r["metrics"]["test"]["invalid_rate"] for r in group if "invalid_rate" in r["metrics"]["test"]])
+            out.append(_row(f"**{source}** ({sizes})", [r["metrics"]["test"] for r in group],
+                            ", ".join(str(r["seed"]) for r in group), invalid, _budget(group)) + f" {names} |")
+        sasrec = [r for r in files if r.get("model") == "sasrec" and r.get("dataset", {}).get("dataset") == dataset
+                  and "test" in r.get("metrics", {}) and _features(r) == "none" and _label(r) == "sasrec"
+                  and _split(r)["kind"] == "leave_one_out" and not r["name"].startswith(POST_PREFIX)]
+        if sasrec:
+            out.append(_row("SASRec (table above)", [r["metrics"]["test"] for r in sasrec],
+                            ", ".join(str(r["seed"]) for r in sasrec), "–", _budget(sasrec))
+                       + " " + ", ".join(f"`results/{r['name']}.json`" for r in sasrec) + " |")
+        for name, metrics in first["baselines"].items():
+            out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", "–") + f" `results/{first['name']}.json` |")
+        out += ["", f"Commits: {_commits(runs)}.", ""]
+        out += below_baselines({f"{s} SIDs": g for s, g in by_source.items()})
+    return out
+
+
 POST_PREFIX = "post_"
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
@@ -436,7 +492,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
         out.append(f"| {name} (baseline) | " + " | ".join(_cell([metrics["test"][c]]) for c in columns) +
                    f" | – | – | – | – | – | `results/{first['name']}.json` |")
     by_model = {POST_STAGES.get(s, s): rs for s, rs in by_stage.items()}
-    out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in sorted({r['commit'] for r in runs}))}.", ""]
+    out += ["", f"Commits: {_commits(runs)}.", ""]
     out += below_baselines(by_model)
     best_name, best = max(first["baselines"].items(), key=lambda kv: kv[1]["test"]["recall@10"])
     recall, users = best["test"]["recall@10"], summary["users"]
@@ -847,8 +903,7 @@ def tokenizer_tables(files: list[dict]) -> list[str]:
     for dataset, count in notes:
         out.append(f"{dataset}: {count} items have no text; their raw item IDs stand in as text "
                    "(`encoder.on_empty=raw_id`).")
-    commits = sorted({r["commit"] for r in runs})
-    out += ["", f"Commits: {', '.join(f'`{c[:12]}`' for c in commits)}.", ""]
+    out += ["", f"Commits: {_commits(runs)}.", ""]
     return out
 
 
@@ -1526,6 +1581,7 @@ def main() -> None:
     lines += training_tables(files)
     lines += feature_tables(files)
     lines += post_training_tables(files)
+    lines += sid_source_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)
     lines += hstu_peer_tables(files)

@@ -16,8 +16,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """HEAD's SHA with ``+dirty`` if tracked files differ from it; for an installed package (no checkout at
-    ``root``), ``genrec <version>``; ``unknown`` when git fails."""
+    """HEAD's SHA with ``+dirty`` if tracked files other than results/ and docs/results.md (what runs write)
+    differ from it; for an installed package (no checkout at ``root``), ``genrec <version>``; ``unknown`` when
+    git fails."""
     if not (root / ".git").exists():
         from genrec import __version__
 
@@ -25,7 +26,9 @@ def git_commit(root: Path = REPO_ROOT) -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        # results/ and docs/results.md are what the runs write: they do not make the code differ from the commit
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results",
+                                ":!docs/results.md"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
