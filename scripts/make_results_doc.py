@@ -390,8 +390,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
             invalid = _cell([r["metrics"]["test"]["invalid_rate"] for r in group if "invalid_rate" in r["metrics"]["test"]])
             out.append(_row(f"**{source}** ({sizes})", [r["metrics"]["test"] for r in group],
                             ", ".join(str(r["seed"]) for r in group), invalid, _budget(group)) + f" {names} |")
-        sasrec = [r for r in files if r.get("model") == "sasrec" and r.get("dataset", {}).get("dataset") == dataset
-                  and "test" in r.get("metrics", {}) and _features(r) == "none" and _label(r) == "sasrec"
+        sasrec = [r for r in files if r.get("model") == "sasrec" and "test" in r.get("metrics", {})
+                  and r["dataset"]["dataset"] == dataset and _label(r) == "sasrec"
                   and _split(r)["kind"] == "leave_one_out" and not r["name"].startswith(POST_PREFIX)]
         if sasrec:
             out.append(_row("SASRec (table above)", [r["metrics"]["test"] for r in sasrec],
