@@ -637,7 +637,8 @@ def main() -> None:
         f"{available_gib():.1f} GiB memory available")
     results: dict = {"kind": "bench_dynamic", "quick": q, "sections": args.sections, "sizes": sizes, "threads": 1,
                      "batch": BATCH,
-                     "machine_note": "2 cores shared with other engineers' jobs; one torch thread"}
+                     "machine_note": f"{os.cpu_count()} cores, shared with whatever else runs (the prefetch "
+                                     "section records the load average); one torch thread"}
     try:
         for section in args.sections:
             log(section)
