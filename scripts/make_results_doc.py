@@ -433,6 +433,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
+               "sdpo_seq": "SFT + S-DPO + the control's next-token loss at every position",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
                "llm_lora": "LLM backbone (llama, random init), LoRA"}
@@ -524,7 +525,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
             f"(`{best_name}`) is {math.sqrt(recall * (1 - recall) / users):.4f}.", ""]
     control = {r["seed"]: r for r in by_stage.get("sft_more", [])}
     lines = []
-    for stage in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "distill"):
+    for stage in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "distill"):
         paired = [(r, control[r["seed"]]) for r in by_stage.get(stage, []) if r["seed"] in control]
         if not paired:
             continue
@@ -540,7 +541,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
         out += ["Each stage against continued SFT from the same checkpoint (same seed, same extra epochs):", ""]
         out += lines + [""]
     out += POST_NOTES
-    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam") if by_stage.get(s)
+    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq") if by_stage.get(s)
                and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:
         keys = ["loss", "chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy", "chosen_log_ratio",

@@ -34,6 +34,7 @@ from genrec.training.generative import GenerativeTask, global_mean
 log = logging.getLogger("genrec.train")
 
 NEGATIVE_SOURCES = ("popularity", "beam")
+SFT_TARGETS = ("chosen", "sequence")
 CHECKPOINT_KEY = "genrec_preferences"
 
 
@@ -46,7 +47,9 @@ class AlignConfig:
         beta: the reward temperature β.
         num_negatives: rejected items per example ``K``.
         negatives: ``popularity`` (drawn ∝ training-split counts) or ``beam`` (the SFT model's top wrong items).
-        sft_weight: weight of the chosen item's next-token loss added to the preference loss (0: none).
+        sft_weight: weight of a next-token loss added to the preference loss (0: none).
+        sft_target: what that next-token loss covers: ``chosen`` (the chosen item's codes only) or ``sequence``
+            (every position of the training sequence: the loss that continued SFT, the stage's control, trains on).
         disable_dropout: train the policy without dropout, so that its log-probabilities are comparable with the
             reference's (computed in eval mode), as TRL's DPO does by default.
     """
@@ -56,6 +59,7 @@ class AlignConfig:
     num_negatives: int = 1
     negatives: str = "popularity"
     sft_weight: float = 0.0
+    sft_target: str = "chosen"
     disable_dropout: bool = True
 
     @classmethod
@@ -76,6 +80,8 @@ class AlignConfig:
             raise ConfigError("align.num_negatives", f"got {config.num_negatives}, expected at least 1")
         if config.sft_weight < 0:
             raise ConfigError("align.sft_weight", f"got {config.sft_weight}, expected a value >= 0")
+        if config.sft_target not in SFT_TARGETS:
+            raise ConfigError("align.sft_target", f"got {config.sft_target!r}, expected one of {SFT_TARGETS}")
         return config
 
 
@@ -262,7 +268,8 @@ class AlignTask(GenerativeTask):
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
         """Training batches are whole training sequences (one example per user); the prompt is the input sequence,
-        the chosen item its last target."""
+        the chosen item its last target. With ``sft_target=sequence`` the stage's loss is the control's loss (next
+        token at every position, :meth:`GenerativeTask.training_loss`) plus the preference loss."""
         chosen = batch.target_ids[batch.offsets[1:] - 1]
         users = batch.user_ids.cpu()
         cache = self.preferences
@@ -274,20 +281,25 @@ class AlignTask(GenerativeTask):
         result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                  self.align.beta)
         loss = result.losses.mean()
-        if self.align.sft_weight:
-            loss = loss - self.align.sft_weight * policy[:, 0].mean() / self.model.sids.num_levels
+        weight = self.align.sft_weight
+        if weight and self.align.sft_target == "chosen":
+            loss = loss - weight * policy[:, 0].mean() / self.model.sids.num_levels
+        loss = global_mean(loss, batch.batch_size)
+        if weight and self.align.sft_target == "sequence":
+            loss = loss + weight * super().training_loss(batch)
         stats = {**result.stats(), "chosen_log_ratio": (policy[:, 0] - reference[:, 0]).mean(),
                  "rejected_log_ratio": (policy[:, 1:] - reference[:, 1:]).mean()}
         for name, value in stats.items():
             self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
                      sync_dist=True)
-        return global_mean(loss, batch.batch_size)
+        return loss
 
     def run_info(self) -> dict[str, Any]:
         a = self.align
         return {**super().run_info(),
                 "align": {"loss": a.loss, "beta": a.beta, "num_negatives": a.num_negatives, "negatives": a.negatives,
-                          "sft_weight": a.sft_weight, "disable_dropout": a.disable_dropout,
+                          "sft_weight": a.sft_weight, "sft_target": a.sft_target,
+                          "disable_dropout": a.disable_dropout,
                           "examples": "one per training user: prompt = training part minus its last item, chosen = "
                                       "that item; rejected never a training item of the user",
                           "reference": "the initial (SFT) weights; log-probabilities computed once and cached",

@@ -5,6 +5,7 @@ frozen and carried by checkpoints, distillation targets summed through the code 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import lightning as L
@@ -23,6 +24,7 @@ from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.training.align import AlignConfig, AlignTask, beam_negatives, popularity_negatives, preference_examples
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
+from genrec.training.generative import GenerativeTask
 from tests.conftest import TINY_RUN
 from tests.generative.helpers import one_thread
 
@@ -188,6 +190,30 @@ def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
     assert stats["reward_accuracy"] == 0.0
 
 
+def test_the_sequence_next_token_term_adds_the_controls_loss(workdir):
+    """``sft_target=sequence``: the stage's loss is the preference loss plus weight x the loss continued SFT trains
+    on (every position); ``chosen``: minus weight x the chosen item's mean log-probability per code."""
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    batch = next(iter(dm.train_dataloader()))
+    losses = {}
+    with torch.no_grad():
+        for name, change in (("none", {}), ("sequence", {"sft_weight": 0.5, "sft_target": "sequence"}),
+                             ("chosen", {"sft_weight": 0.5})):
+            task.align = dataclasses.replace(AlignConfig.from_config(cfg.align), **change)
+            losses[name] = float(task.training_loss(batch))
+        control = float(GenerativeTask.training_loss(task, batch))
+        chosen = batch.target_ids[batch.offsets[1:] - 1]
+        chosen_log_prob = float(task.model.item_log_probs(batch, chosen[:, None])[:, 0].mean())
+    assert control > 0.1 and losses["none"] > 0.1
+    assert losses["sequence"] == pytest.approx(losses["none"] + 0.5 * control, abs=1e-5)
+    levels = task.model.sids.num_levels
+    assert losses["chosen"] == pytest.approx(losses["none"] - 0.5 * chosen_log_prob / levels, abs=1e-5)
+
+
 @pytest.mark.parametrize("group, name", [(g, p.stem) for g in ("align", "distill")
                                          for p in sorted((CONF_DIR / g).glob("*.yaml"))])
 def test_align_and_distill_configs_build_their_settings(group, name):
@@ -201,6 +227,7 @@ def test_align_and_distill_configs_build_their_settings(group, name):
 def test_align_and_distill_settings_are_checked():
     for override, message in [("align.beta=0", "align.beta: got 0"), ("align.negatives=random", "align.negatives"),
                               ("align.num_negatives=0", "align.num_negatives: got 0"),
+                              ("align.sft_target=all", "align.sft_target: got 'all'"),
                               ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
         with pytest.raises(ConfigError, match=message):
             AlignConfig.from_config(_compose(["align=dpo", override]).align)
