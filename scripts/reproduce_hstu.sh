@@ -7,7 +7,9 @@
 #   event's rating as an action, the item's genres, the user's age bucket, gender and occupation: model.features,
 #   genrec/data/features.py); scientific_sasrec / scientific_hstu (Amazon Scientific 2018, the Amazon presets,
 #   at most 100 epochs) and scientific_sasrec_features / scientific_hstu_features with its item features (brand and
-#   category path; the data has no ratings, user attributes or times; the Beauty 2014 copy has no side features).
+#   category path; the data has no ratings, user attributes or times); beauty_sasrec_features / beauty_hstu_features
+#   with the words of the item titles as an item feature (title_terms; the Beauty 2014 copy has no other side
+#   features) and the 40-epoch cap of the recorded Beauty runs.
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
@@ -20,6 +22,7 @@ SEEDS=${SEEDS:-"0 1 2"}
 PY=${PYTHON:-.venv/bin/python}
 FEATURES="model.features.actions=true model.features.item=[genres] model.features.user=[age,gender,occupation]"
 AMAZON_FEATURES="model.features.item=[brand,categories]"
+BEAUTY_FEATURES="model.features.item=[title_terms]"
 declare -A ARGS=(
   [ml100k_hstu]="experiment=ml100k_hstu"
   [ml100k_hstu_large]="experiment=ml100k_hstu model=hstu_large"
@@ -29,6 +32,8 @@ declare -A ARGS=(
   [ml100k_sasrec_features]="experiment=ml100k_sasrec $FEATURES"
   [ml100k_hstu_features]="experiment=ml100k_hstu $FEATURES"
   [ml100k_hstu_large_features]="experiment=ml100k_hstu model=hstu_large $FEATURES"
+  [beauty_sasrec_features]="experiment=beauty_sasrec trainer.max_epochs=40 $BEAUTY_FEATURES"
+  [beauty_hstu_features]="experiment=beauty_hstu trainer.max_epochs=40 $BEAUTY_FEATURES"
   [scientific_sasrec]="experiment=scientific_sasrec trainer.max_epochs=100"
   [scientific_hstu]="experiment=scientific_hstu"
   [scientific_sasrec_features]="experiment=scientific_sasrec trainer.max_epochs=100 $AMAZON_FEATURES"

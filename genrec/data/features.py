@@ -6,6 +6,8 @@ Three kinds (``model.features`` in the config, all off by default):
   padding). A position's input is the action of its own input event, which happened before the item it predicts.
 * ``item: [columns]`` — item side features from :attr:`SequenceData.items` (e.g. ML-100K ``genres``; Amazon
   ``brand``, ``categories``): a list value gives several IDs, a scalar one, a missing or empty value none.
+  ``<column>_terms`` (e.g. ``title_terms``) derives a bag of words from a text column: its lower-cased words
+  (letters and digits, at least 2 characters), one ID per word that at least :data:`MIN_TERM_ITEMS` items share.
 * ``user: [columns]`` — user attributes from :attr:`SequenceData.users` (e.g. ML-100K ``age``, ``gender``,
   ``occupation``): one ID per column; a numeric column is cut into at most :data:`NUMERIC_BUCKETS` quantile buckets.
 
@@ -13,6 +15,8 @@ Every item (and user) column has its own ID range inside one shared vocabulary, 
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -23,6 +27,10 @@ from genrec.errors import ConfigError
 
 #: Quantile buckets of a numeric user attribute (e.g. age).
 NUMERIC_BUCKETS = 10
+#: A ``<column>_terms`` word gets an ID when at least this many items' text has it (rarer words would be item IDs).
+MIN_TERM_ITEMS = 2
+TERMS_SUFFIX = "_terms"
+WORD = re.compile(r"[a-z0-9]{2,}")
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ def check_features(data: SequenceData, config: FeatureConfig) -> None:
     for key, table, kind in (("item", data.items, "item"), ("user", data.users, "user")):
         have = [] if table is None else list(table.columns)
         for column in getattr(config, key):
+            if key == "item" and _terms_source(column, have):
+                continue
             if column not in have:
                 raise _missing(f"model.features.{key}", data, f"{kind} column {column!r}", have)
 
@@ -116,12 +126,29 @@ def _column_codes(column: pd.Series) -> tuple[list[np.ndarray], int]:
     return [np.array(sorted({vocab[str(v)] for v in row}), np.int64) for row in rows], len(vocab)
 
 
+def _terms_source(column: str, have: list[str]) -> str | None:
+    """The text column a ``<column>_terms`` feature derives from, or ``None`` (not a derived name, or a real
+    column of that name exists)."""
+    source = column.removesuffix(TERMS_SUFFIX)
+    return source if column.endswith(TERMS_SUFFIX) and column not in have and source in have else None
+
+
+def text_terms(texts: pd.Series) -> pd.Series:
+    """Per text its distinct words (lower-cased runs of ``[a-z0-9]``, at least 2 long) that at least
+    :data:`MIN_TERM_ITEMS` texts share, sorted; a missing text has none."""
+    words = [sorted(set(WORD.findall(str(t).lower()))) if isinstance(t, str) else [] for t in texts]
+    shared = {w for w, n in Counter(w for row in words for w in row).items() if n >= MIN_TERM_ITEMS}
+    return pd.Series([[w for w in row if w in shared] for row in words], index=texts.index, dtype=object)
+
+
 def _item_features(data: SequenceData, columns: tuple[str, ...]) -> ItemFeatures:
     per_item = [[] for _ in range(data.num_items + 1)]  # item 0 (padding) has none
     weights = [[] for _ in range(data.num_items + 1)]
     start = 1
+    have = list(data.items.columns)
     for name in columns:
-        codes, size = _column_codes(data.items[name])
+        source = _terms_source(name, have)
+        codes, size = _column_codes(text_terms(data.items[source]) if source else data.items[name])
         for item, row in enumerate(codes, start=1):  # data.items is indexed 1..num_items
             per_item[item].append(row + start - 1)
             weights[item].append(np.full(len(row), 1.0 / max(len(row), 1), np.float32))

@@ -14,7 +14,7 @@ import torch
 from genrec.data.batch import (ACTION_FEATURE, ITEM_FEATURE, USER_FEATURE, EvalSequences, TrainPrefixes,
                                TrainSequences, collate)
 from genrec.data.cache import load_sequences, save_sequences
-from genrec.data.features import FeatureConfig, encode_features
+from genrec.data.features import FeatureConfig, encode_features, text_terms
 from genrec.data.movielens import read_movielens
 from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.errors import ConfigError
@@ -96,6 +96,22 @@ def test_features_off_leave_the_data_alone(tmp_path):
     out, encoded = encode_features(data, FeatureConfig())
     assert out.actions is None and out.user_features is None and encoded.items is None
     assert not FeatureConfig.from_config({"actions": False, "item": [], "user": []}).enabled
+
+
+def test_title_terms_hand_checked(tmp_path):
+    data = tiny(tmp_path)
+    data.items["title"] = ["Rose Face Cream 2oz", "rose cream, rose!", None, "Face mask & a CREAM"]
+    # words in >= 2 items: cream (1, 2, 4), face (1, 4), rose (1, 2); "2oz", "mask" and the 1-letter "a" are dropped
+    assert text_terms(data.items["title"]).tolist() == [["cream", "face", "rose"], ["cream", "rose"], [],
+                                                        ["cream", "face"]]
+    _, encoded = encode_features(data, FeatureConfig(item=("genres", "title_terms")))
+    items = encoded.items
+    per_item = [items.values[items.offsets[i]:items.offsets[i + 1]].tolist() for i in range(5)]
+    # genres 1-4 as in test_encoding_hand_checked, then cream=5 face=6 rose=7
+    assert per_item == [[], [1, 2, 5, 6, 7], [3, 5, 7], [4], [1, 3, 5, 6]] and items.vocab_size == 8
+    assert items.weights[items.offsets[1]:items.offsets[2]].tolist() == pytest.approx([.5, .5, 1 / 3, 1 / 3, 1 / 3])
+    with pytest.raises(ConfigError, match="item column 'brand_terms'"):
+        encode_features(data, FeatureConfig(item=("brand_terms",)))
 
 
 @pytest.mark.parametrize("config, key, missing", [
