@@ -3,9 +3,9 @@
 # (at most 100 epochs, early stopping after 10 without a better validation NDCG@10), 3 seeds each:
 #   ml100k_hstu, ml100k_hstu_large, ml100k_sasrec (genrec's preset), ml100k_sasrec_cosine (SASRec with HSTU's
 #   cosine / 0.05 loss), beauty_hstu (SASRec on Beauty: scripts/reproduce_beauty_sasrec.sh); and, not run by default,
-#   ml100k_sasrec_features / ml100k_hstu_features / ml100k_hstu_large_features: the same presets with every ML-100K side feature on (each input
-#   event's rating as an action, the item's genres, the user's age bucket, gender and occupation: model.features,
-#   genrec/data/features.py); scientific_sasrec / scientific_hstu (Amazon Scientific 2018, the Amazon presets,
+#   ml100k_sasrec_features / ml100k_hstu_features / ml100k_hstu_large_features: the same presets with every ML-100K
+#   side feature on (each input event's rating as an action, the item's genres, the user's age bucket, gender and
+#   occupation: model.features, genrec/data/features.py); scientific_sasrec / scientific_hstu (Amazon Scientific 2018, the Amazon presets,
 #   at most 100 epochs) and scientific_sasrec_features / scientific_hstu_features with its item features (brand and
 #   category path; the data has no ratings, user attributes or times); beauty_sasrec_features / beauty_hstu_features
 #   with the words of the item titles as an item feature (title_terms; the Beauty 2014 copy has no other side
