@@ -6,10 +6,10 @@
 #   ml100k_sasrec_features / ml100k_hstu_features / ml100k_hstu_large_features: the same presets with every ML-100K
 #   side feature on (each input event's rating as an action, the item's genres, the user's age bucket, gender and
 #   occupation: model.features, genrec/data/features.py); scientific_sasrec / scientific_hstu (Amazon Scientific
-#   2018, the Amazon presets, at most 100 epochs) and scientific_sasrec_features / scientific_hstu_features with its item features (brand and
-#   category path; the data has no ratings, user attributes or times); beauty_sasrec_features / beauty_hstu_features
-#   with the words of the item titles as an item feature (title_terms; the Beauty 2014 copy has no other side
-#   features) and the 40-epoch cap of the recorded Beauty runs.
+#   2018, the Amazon presets, at most 100 epochs) and scientific_sasrec_features / scientific_hstu_features with
+#   its item features (brand and category path; the data has no ratings, user attributes or times);
+#   beauty_sasrec_features / beauty_hstu_features with the words of the item titles as an item feature
+#   (title_terms; the Beauty 2014 copy has no other side features) and the 40-epoch cap of the recorded Beauty runs.
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
