@@ -443,9 +443,14 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
                "sdpo_seq": "SFT + S-DPO + the control's next-token loss at every position",
+               "sdpo_seq_dropout": "SFT + S-DPO + the control's next-token loss, dropout on as in the control",
+               "sdpo_seq_beta1": "SFT + S-DPO (beta 1) + the control's next-token loss at every position",
+               "sft_more_nodrop": "SFT + continued SFT without dropout (as the alignment stages train)",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
                "llm_lora": "LLM backbone (llama, random init), LoRA"}
+#: the preference-alignment stages (POST_STAGES keys), in table order
+ALIGN_STAGES = ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_dropout", "sdpo_seq_beta1")
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
 POST_NOTES = [
     "Reading: the SFT runs were cut at 8 epochs while still improving, so continuing next-token training is a "
@@ -534,7 +539,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
             f"(`{best_name}`) is {math.sqrt(recall * (1 - recall) / users):.4f}.", ""]
     control = {r["seed"]: r for r in by_stage.get("sft_more", [])}
     lines = []
-    for stage in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "distill"):
+    for stage in (*ALIGN_STAGES, "sft_more_nodrop", "distill"):
         paired = [(r, control[r["seed"]]) for r in by_stage.get(stage, []) if r["seed"] in control]
         if not paired:
             continue
@@ -550,7 +555,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
         out += ["Each stage against continued SFT from the same checkpoint (same seed, same extra epochs):", ""]
         out += lines + [""]
     out += POST_NOTES
-    aligned = [(s, by_stage[s]) for s in ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq") if by_stage.get(s)
+    aligned = [(s, by_stage[s]) for s in ALIGN_STAGES if by_stage.get(s)
                and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:
         keys = ["loss", "chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy", "chosen_log_ratio",

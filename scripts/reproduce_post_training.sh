@@ -11,7 +11,9 @@
 #    ARMS (default "sft_more dpo sdpo distill") picks among these and sdpo_sft: S-DPO plus the chosen item's
 #    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>; sdpo_sft_beam: the same with the SFT model's
 #    own beam as negatives (hard negatives) -> post_sdpo_sft_beam_seed<S>; sdpo_seq: S-DPO plus the control's own
-#    loss (next token at every position, align.sft_target=sequence) -> post_sdpo_seq_seed<S>;
+#    loss (next token at every position, align.sft_target=sequence) -> post_sdpo_seq_seed<S>; sdpo_seq_dropout: the
+#    same with the backbone's dropout kept on, as in the control (alignment stages train without it by default);
+#    sdpo_seq_beta1: sdpo_seq at beta 1; sft_more_nodrop: the control with dropout off, as the alignment stages train;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -45,6 +47,9 @@ for seed in ${SEEDS:-0 1 2}; do
   declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
                   [sdpo_sft_beam]="align=sdpo align.sft_weight=1.0 align.negatives=beam"
                   [sdpo_seq]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence"
+                  [sdpo_seq_dropout]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.disable_dropout=false"
+                  [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
+                  [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS:-sft_more dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
