@@ -8,18 +8,19 @@
 #    checkpoint (init_from) for the same number of extra epochs and the same optimizer settings:
 #    continued SFT (the control) -> post_sft_more_seed<S>; DPO (1 popularity negative) -> post_dpo_seed<S>;
 #    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
-#    ARMS (default "sft_more dpo sdpo distill") picks among these and sdpo_sft: S-DPO plus the chosen item's
+#    ARMS (default "sft_more sft_more_nodrop dpo sdpo distill") picks among these and: sft_more_nodrop, the control
+#    with dropout off, as the alignment stages train (their matched control); sdpo_sft: S-DPO plus the chosen item's
 #    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>; sdpo_sft_beam: the same with the SFT model's
 #    own beam as negatives (hard negatives) -> post_sdpo_sft_beam_seed<S>; sdpo_seq: S-DPO plus the control's own
 #    loss (next token at every position, align.sft_target=sequence) -> post_sdpo_seq_seed<S>; sdpo_seq_dropout: the
-#    same with the backbone's dropout kept on, as in the control (alignment stages train without it by default);
-#    sdpo_seq_beta1: sdpo_seq at beta 1; sft_more_nodrop: the control with dropout off, as the alignment stages train;
+#    same with the backbone's dropout kept on, as in the control; sdpo_seq_beta1: sdpo_seq at beta 1;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
 # The recorded results (docs/results.md) were cut to the time left on a shared 2-core machine: SFT_EPOCHS=8
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
-# overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with resume_from in a later session).
+# overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with
+# resume_from in a later session).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -51,7 +52,7 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
-  for name in ${ARMS:-sft_more dpo sdpo distill}; do
+  for name in ${ARMS:-sft_more sft_more_nodrop dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
     # shellcheck disable=SC2086  # the arm's overrides
     "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" ${ARM[$name]} \
