@@ -136,7 +136,7 @@ def _terms_source(column: str, have: list[str]) -> str | None:
 def text_terms(texts: pd.Series) -> pd.Series:
     """Per text its distinct words (lower-cased runs of ``[a-z0-9]``, at least 2 long) that at least
     :data:`MIN_TERM_ITEMS` texts share, sorted; a missing text has none."""
-    words = [sorted(set(WORD.findall(str(t).lower()))) if isinstance(t, str) else [] for t in texts]
+    words = [sorted(set(WORD.findall(t.lower()))) if isinstance(t, str) else [] for t in texts]
     shared = {w for w, n in Counter(w for row in words for w in row).items() if n >= MIN_TERM_ITEMS}
     return pd.Series([[w for w in row if w in shared] for row in words], index=texts.index, dtype=object)
 
