@@ -13,7 +13,8 @@
 # Writes results/<part>_seed<S>.json and regenerates docs/results.md.
 # Usage: bash scripts/reproduce_hstu.sh [part ...]   (default: every part; SEEDS="0 1 2" by default; OVERRIDES="..."
 #        adds Hydra overrides to every run, e.g. OVERRIDES="trainer.max_epochs=40" as the recorded Beauty runs)
-# On a shared 2-core machine each run takes 0.5-3 h (see the train times in docs/results.md): run parts in parallel.
+# One torch thread per run (THREADS=1 by default: parts run side by side; two threads per process on a shared
+# 2-core machine spin-wait for each other). On a shared 2-core machine each run takes 0.5-3 h (see the train times in docs/results.md): run parts in parallel.
 # A part whose run folder exists is resumed (exactly: genrec-train resume_from=<folder>), so an interrupted call
 # continues where it stopped; results/ files are replaced.
 set -euo pipefail
@@ -45,7 +46,8 @@ for part in "${PARTS[@]}"; do
   [ -n "${ARGS[$part]:-}" ] || { echo "unknown part $part; known: ${!ARGS[*]}" >&2; exit 2; }
   for seed in $SEEDS; do
     run="runs/${part}_seed${seed}"
-    report=(results_name="${part}_seed${seed}" overwrite_results=true trainer.enable_progress_bar=false)
+    report=(results_name="${part}_seed${seed}" overwrite_results=true trainer.enable_progress_bar=false
+            threads="${THREADS:-1}")
     if [ -f "$run/config.yaml" ]; then
       # shellcheck disable=SC2086
       "$PY" -m genrec.train resume_from="$run" ${OVERRIDES:-} "${report[@]}"
