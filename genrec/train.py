@@ -151,7 +151,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         if resume:
             with open(run_dir / RESUMES_FILE, "a") as f:
-                f.write(json.dumps({"checkpoint": str(resume.relative_to(run_dir)), "epoch": resume_meta["epoch"],
+                f.write(json.dumps({"checkpoint": str(resume.resolve().relative_to(run_dir.resolve())), "epoch": resume_meta["epoch"],
                                     "global_step": resume_meta["global_step"], "commit": origin["commit"],
                                     "created": origin["created"]}) + "\n")
     if cfg.get("threads"):

@@ -87,8 +87,9 @@ def _kill_after(proc: subprocess.Popen, run_dir: Path, step: int, delay: float) 
 
 
 def _resume(run_dir: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "genrec.train", f"resume_from={run_dir}"], capture_output=True,
-                          text=True, timeout=600, env=_environment())
+    """Resume as the reproduce scripts do: the run folder relative to the working directory."""
+    proc = subprocess.run([sys.executable, "-m", "genrec.train", f"resume_from={run_dir.name}"], capture_output=True,
+                          text=True, timeout=600, env=_environment(), cwd=run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
