@@ -97,8 +97,9 @@ FEATURE_NOTES: dict[str, list[str]] = {
     "ml100k": [
         "The large HSTU (`hstu_large`: 8 blocks of 2 heads, 25-dimensional attention) with every feature was the "
         "next try at the +8% goal; it lands level with the published-size HSTU with features, not above it. Its "
-        "three runs were stopped part-way (the first 18-24 epochs ran with two torch threads per process, three "
-        "processes on the 2 cores) and resumed from their last checkpoints with one thread (`resumes` in each file); "
+        "three runs were stopped part-way (up to the epoch of each file's `resumes` entry, 24, 23 and 17, they ran "
+        "with two torch threads per process, three processes on the 2 cores) and resumed from their last "
+        "checkpoints with one thread; "
         "the other rows ran with one thread throughout.",
         ""],
     "beauty": [
