@@ -9,6 +9,8 @@
 # stopping: hours on 2 CPU cores. The numbers in results/ were cut to fit a shared 2-core machine:
 #   TIGER_ARGS="trainer.max_epochs=2 +trainer.max_time=00:00:24:00"
 #   SID_GPT_ARGS="trainer.max_epochs=40 +trainer.max_time=00:00:47:00" (trained in three resumed segments)
+# GPU=1: both models with recipe=gpu (conf/recipe/gpu.yaml: bf16, torch.compile, batches of 1,024, 10 minutes each)
+#   and their results as results/beauty_{tiger,sid_gpt}_gpu_seed<S>.json; not yet run on a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -17,13 +19,17 @@ if [ ! -f "$SID_TABLE/sid_table.parquet" ]; then
   "$PY" -m genrec.tokenize data=beauty tokenizer=rqvae collisions=extra_level encoder.on_empty=raw_id seed=0 \
     threads="${THREADS:-1}" hydra.run.dir="$SID_TABLE"
 fi
+RECIPE=() SUFFIX=""
+[ "${GPU:-0}" = 1 ] && RECIPE=(recipe=gpu) SUFFIX=_gpu
 for seed in ${SEEDS:-0}; do
   # shellcheck disable=SC2086  # the *_ARGS are lists of overrides
   "$PY" -m genrec.train experiment=beauty_tiger sid_table="$SID_TABLE" seed="$seed" threads="${THREADS:-1}" \
-    trainer.enable_progress_bar=false results_name="beauty_tiger_seed$seed" overwrite_results=true ${TIGER_ARGS:-}
+    trainer.enable_progress_bar=false results_name="beauty_tiger${SUFFIX}_seed$seed" overwrite_results=true \
+    "${RECIPE[@]}" ${TIGER_ARGS:-}
   # shellcheck disable=SC2086
   "$PY" -m genrec.train experiment=beauty_sid_gpt sid_table="$SID_TABLE" seed="$seed" threads="${THREADS:-1}" \
-    trainer.enable_progress_bar=false results_name="beauty_sid_gpt_seed$seed" overwrite_results=true ${SID_GPT_ARGS:-}
+    trainer.enable_progress_bar=false results_name="beauty_sid_gpt${SUFFIX}_seed$seed" overwrite_results=true \
+    "${RECIPE[@]}" ${SID_GPT_ARGS:-}
 done
 "$PY" scripts/bench_beam.py --sid-table "$SID_TABLE" --threads "${THREADS:-1}"
 "$PY" scripts/make_results_doc.py

@@ -69,6 +69,11 @@ class GenerativeRecommender(nn.Module):
     def num_items(self) -> int:
         return self.sids.num_items
 
+    def sequence_stacks(self) -> list[nn.Module]:
+        """The modules that carry the training step's compute (``compile=true`` compiles their forward; the
+        decoders call their layers directly, so decoding stays eager)."""
+        raise NotImplementedError
+
     def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Teacher-forced per-level log-probabilities of the training batch's targets (what :meth:`loss` averages;
         distillation reads the same tensors)."""

@@ -40,6 +40,10 @@ class SequentialRecommender(nn.Module):
     def num_items(self) -> int:
         return self.item_embedding.num_embeddings - 1
 
+    def sequence_stacks(self) -> list[nn.Module]:
+        """The modules that carry the training step's compute (``compile=true`` compiles their forward)."""
+        return [self.encoder]
+
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(x, dim=-1) if self.similarity == "cosine" else x
 

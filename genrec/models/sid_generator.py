@@ -50,6 +50,9 @@ class SIDGenerator(GenerativeRecommender):
         else:
             self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
 
+    def sequence_stacks(self) -> list[nn.Module]:
+        return [self.backbone]  # its forward (training); prefill and step (decoding) are other methods
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """``(*,)`` tokens -> ``(*, D)`` input embeddings."""
         return self.backbone.embed(tokens) if self.tokens is None else self.tokens.lookup(tokens)

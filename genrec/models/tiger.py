@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
@@ -48,6 +49,9 @@ class TIGER(GenerativeRecommender):
                           relative_attention_num_buckets=relative_attention_num_buckets, feed_forward_proj="relu",
                           pad_token_id=PAD_TOKEN, decoder_start_token_id=BOS_TOKEN)
         self.t5 = T5ForConditionalGeneration(config)
+
+    def sequence_stacks(self) -> list[nn.Module]:
+        return [self.t5.encoder, self.t5.decoder]
 
     def encoder_inputs(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """-> ``input_ids (B, T)`` (user token, then the history's code tokens, right-padded with PAD) and

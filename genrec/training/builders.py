@@ -174,11 +174,25 @@ TASK_BUILDERS: dict[str, Callable[..., RecommenderTask]] = {"retrieval": _retrie
 def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None = None,
                features: EncodedFeatures | None = None) -> RecommenderTask:
     """The LightningModule of ``cfg.model``; generative models need the dataset's ``item_raw_ids`` to check their
-    SID table, retrieval models with ``model.features`` on the data module's encoded ``features``."""
+    SID table, retrieval models with ``model.features`` on the data module's encoded ``features``. With
+    ``compile=true`` the model's sequence stacks are compiled (:func:`compile_stacks`)."""
     kind = cfg.model.get("kind", "retrieval")
     if kind not in TASK_BUILDERS:
         raise ConfigError("model.kind", f"got {kind!r}, expected one of {sorted(TASK_BUILDERS)}")
-    return TASK_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
+    task = TASK_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
+    if cfg.get("compile"):
+        compile_stacks(cfg, task.model)
+    return task
+
+
+def compile_stacks(cfg: DictConfig, model: torch.nn.Module) -> None:
+    """``torch.compile`` (dynamic shapes: jagged batches vary in length) of the forward of each of the model's
+    ``sequence_stacks()``, in place: parameter names, checkpoints and the eager decoders are unchanged. Refused with
+    sharded tables and fully sharded training, whose wrappers trace or reshard those modules themselves."""
+    if (cfg.get("sharding") or {}).get("type") or (cfg.get("fsdp") or {}).get("enabled"):
+        raise ConfigError("compile", "compile=true runs unsharded models only (sharding=none, fsdp=none)")
+    for stack in model.sequence_stacks():
+        stack.compile(dynamic=True)
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tuple[str, ...] = TRUSTED_TARGETS):
