@@ -17,6 +17,9 @@
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
+# DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
+# RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
+# experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
 # The recorded results (docs/results.md) were cut to the time left on a shared 2-core machine: SFT_EPOCHS=8
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
 # overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with
@@ -25,24 +28,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 RUNS=${RUNS:-runs/post}
-DATA=(data.reader.num_users=2000 data.reader.num_items=1000 data.reader.num_clusters=20 data.max_len=50)
 COMMON=(seed=0 threads="${THREADS:-1}" trainer.enable_progress_bar=false overwrite_results=true)
-GENERATOR=(model=sid_gpt model.dim=64 sid_table="$RUNS/sid")
-GPT=(model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256)
+if [ "${DATASET:-synthetic}" = beauty ]; then
+  PREFIX=beauty_post_ LLM=0 DATA=()
+  TEACHER=(experiment=beauty_sasrec)
+  TOKENIZER=(data=beauty tokenizer=rqvae collisions=extra_level)
+  GENERATOR=(experiment=beauty_sid_gpt sid_table="$RUNS/sid") GPT=()
+else
+  PREFIX=post_
+  DATA=(data.reader.num_users=2000 data.reader.num_items=1000 data.reader.num_clusters=20 data.max_len=50)
+  TEACHER=(model=sasrec trainer.max_epochs="${TEACHER_EPOCHS:-30}")
+  TOKENIZER=(tokenizer=rkmeans tokenizer.codebook_size=32)
+  GENERATOR=(model=sid_gpt model.dim=64 sid_table="$RUNS/sid")
+  GPT=(model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256)
+fi
 
 if [ ! -f "$RUNS/teacher/metrics.json" ]; then
-  "$PY" -m genrec.train "${DATA[@]}" "${COMMON[@]}" model=sasrec trainer.max_epochs="${TEACHER_EPOCHS:-30}" \
-    results_name=post_sasrec_seed0 hydra.run.dir="$RUNS/teacher"
+  "$PY" -m genrec.train "${DATA[@]}" "${COMMON[@]}" "${TEACHER[@]}" results_name="${PREFIX}sasrec_seed0" \
+    hydra.run.dir="$RUNS/teacher"
 fi
 if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
-  "$PY" -m genrec.tokenize "${DATA[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
-    encoder.run_dir="$RUNS/teacher" tokenizer=rkmeans tokenizer.codebook_size=32 hydra.run.dir="$RUNS/sid"
+  "$PY" -m genrec.tokenize "${DATA[@]}" "${TOKENIZER[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
+    encoder.run_dir="$RUNS/teacher" hydra.run.dir="$RUNS/sid"
 fi
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
   if [ ! -f "$RUNS/sft-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for another ARMS)
     "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" \
-      trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="post_sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
+      trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="${PREFIX}sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
   fi
   STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
   declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
@@ -56,7 +69,7 @@ for seed in ${SEEDS:-0 1 2}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
     # shellcheck disable=SC2086  # the arm's overrides
     "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" ${ARM[$name]} \
-      results_name="post_${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
+      results_name="${PREFIX}${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
   done
 done
 # 4. the generator on a transformers causal LM whose vocabulary gains the SID tokens (a small random-initialised
