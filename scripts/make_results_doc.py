@@ -206,7 +206,7 @@ def training_tables(files: list[dict]) -> list[str]:
     protocol, published rows (leave-one-out)."""
     by_dataset = defaultdict(list)
     for r in files:
-        if ("metrics" in r and "test" in r.get("metrics", {}) and not r["name"].startswith(POST_PREFIX)
+        if ("metrics" in r and "test" in r.get("metrics", {}) and not _post_prefix(r)
                 and SID_SOURCE_TAG not in r["name"]):
             by_dataset[r["dataset"]["dataset"], _split(r)["kind"]].append(r)
     out = []
@@ -272,7 +272,7 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
     for r in files:
         sharded = ((r.get("config") or {}).get("sharding") or {}).get("type")
         if (r.get("model") in ("sasrec", *HSTU_MODELS) and "test" in r.get("metrics", {}) and not sharded
-                and _split(r)["kind"] == "leave_one_out"):
+                and _split(r)["kind"] == "leave_one_out" and not _post_prefix(r)):
             by_dataset[r["dataset"]["dataset"]].append(r)
     out = []
     for dataset, runs in sorted(by_dataset.items()):
@@ -469,7 +469,7 @@ def sid_source_tables(files: list[dict]) -> list[str]:
                             ", ".join(str(r["seed"]) for r in group), invalid, _budget(group)) + f" {names} |")
         sasrec = [r for r in files if r.get("model") == "sasrec" and "test" in r.get("metrics", {})
                   and r["dataset"]["dataset"] == dataset and _label(r) == "sasrec"
-                  and _split(r)["kind"] == "leave_one_out" and not r["name"].startswith(POST_PREFIX)]
+                  and _split(r)["kind"] == "leave_one_out" and not _post_prefix(r)]
         if sasrec:
             out.append(_row("SASRec (table above)", [r["metrics"]["test"] for r in sasrec],
                             ", ".join(str(r["seed"]) for r in sasrec), "–", _budget(sasrec))
@@ -482,7 +482,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
     return out
 
 
-POST_PREFIX = "post_"
+#: results-file prefix of scripts/reproduce_post_training.sh -> the data it ran on (DATASET=beauty: beauty_post_)
+POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty"}
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
@@ -497,7 +498,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
 #: the preference-alignment stages (POST_STAGES keys), in table order
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_dropout", "sdpo_seq_beta1")
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
-POST_NOTES = [
+POST_NOTES = {"synthetic": [
     "Reading: the SFT runs were cut at 8 epochs while still improving, so continuing next-token training is a "
     "strong control (+6% NDCG@10 over the SFT checkpoint in 3 epochs). Distillation from SASRec beats it on every "
     "seed. DPO and S-DPO (β 0.1, popularity negatives, no next-token term: `align.sft_weight` 0) do not: their best "
@@ -529,13 +530,18 @@ POST_NOTES = [
     "and epochs (stopped after epoch 1 in an earlier session, resumed from its last checkpoint at a later commit), reaches "
     "NDCG@10 0.1003 against full fine-tuning's 0.1164 (-14%; one seed), below the best baseline (transitions_last3_skip, 0.1155). On a "
     "random base the adapters have no pretrained knowledge to steer, so this measures what LoRA's capacity costs, "
-    "not what it costs on a pretrained LLM (no weights can be downloaded here).", ""]
+    "not what it costs on a pretrained LLM (no weights can be downloaded here).", ""]}
 #: the margin issue 16 asks of S-DPO over continued SFT in NDCG@10
 GOAL_SDPO = 0.05
 
 
+def _post_prefix(run: dict) -> str | None:
+    """The post-training prefix of a results file's name (longest match), None for other files."""
+    return max((p for p in POST_PREFIXES if run.get("name", "").startswith(p)), key=len, default=None)
+
+
 def _stage(run: dict) -> str:
-    return run["name"][len(POST_PREFIX):run["name"].rindex("_seed")]
+    return run["name"][len(_post_prefix(run)):run["name"].rindex("_seed")]
 
 
 def _dropout_off(run: dict) -> bool:
@@ -567,10 +573,17 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> lis
 
 
 def post_training_tables(files: list[dict]) -> list[str]:
-    """Post-training stages of the SID generator against their control (scripts/reproduce_post_training.sh)."""
-    runs = [r for r in files if r["name"].startswith(POST_PREFIX) and "metrics" in r]
-    if not runs:
-        return []
+    """Post-training stages of the SID generator against their control (scripts/reproduce_post_training.sh), one
+    section per dataset it ran on."""
+    out = []
+    for prefix in POST_PREFIXES:
+        runs = [r for r in files if _post_prefix(r) == prefix and "metrics" in r]
+        if runs:
+            out += _post_training_table(runs, prefix)
+    return out
+
+
+def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     by_stage = defaultdict(list)
     for r in sorted(runs, key=lambda r: r["seed"]):
         by_stage[_stage(r)].append(r)
@@ -580,7 +593,18 @@ def post_training_tables(files: list[dict]) -> list[str]:
         raise ValueError("post-training results on different datasets: " + ", ".join(r["name"] for r in runs))
     reader = config["data"]["reader"]
     columns = ["recall@5", "ndcg@5", "recall@10", "ndcg@10"]
-    out = ["## Post-training of the SID generator: stages against their control", "",
+    if POST_PREFIXES[prefix] == "beauty":
+        intro = [f"## Post-training of the SID generator: stages against their control, {summary['dataset']}", "",
+                 f"`DATASET=beauty scripts/reproduce_post_training.sh`: Amazon Beauty 2014 ({summary['users']:,} "
+                 f"users, {summary['items']:,} items, {summary['interactions']:,} interactions), leave-one-out, "
+                 "full-corpus ranking, history removed; test split, best validation checkpoint. The genrec presets: "
+                 "teacher `experiment=beauty_sasrec`, SIDs from RQ-VAE (3 x 256 + a collision level) on its item "
+                 "table (collaborative, as in the SID-source table), generator `experiment=beauty_sid_gpt`. Every "
+                 "stage starts from the SFT run's best checkpoint and trains the same number of epochs with the "
+                 "same optimizer; the control continues next-token training. One CPU thread per run, two runs "
+                 "side by side on the 2-core machine. Epoch caps were set by the time left, not by convergence.", ""]
+    else:
+        intro = ["## Post-training of the SID generator: stages against their control", "",
            f"`scripts/reproduce_post_training.sh`: a reduced synthetic log ({reader['num_users']:,} users, "
            f"{reader['num_items']:,} items, {reader['num_clusters']} clusters; {summary['interactions']:,} "
            "interactions), leave-one-out, full-corpus ranking, history removed; test split, best validation "
@@ -590,7 +614,8 @@ def post_training_tables(files: list[dict]) -> list[str]:
            "20-30 for the first runs, up to 13 of them side by side with other engineers' jobs; 5-8 for the "
            "re-run of the teacher, SFT, control and the `sdpo_sft*` arms), so train times are wall times under "
            "contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
-           "last (counted from 0) means the run was still improving.", "",
+           "last (counted from 0) means the run was still improving.", ""]
+    out = intro + [
            "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
            "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
     for stage, label in POST_STAGES.items():
@@ -625,7 +650,7 @@ def post_training_tables(files: list[dict]) -> list[str]:
         lines = _against_control(by_stage, control_stage)
         if lines:
             out += [intro, ""] + lines + [""]
-    out += POST_NOTES
+    out += POST_NOTES.get(POST_PREFIXES[prefix], [])
     aligned = [(s, by_stage[s]) for s in ALIGN_STAGES if by_stage.get(s)
                and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:
