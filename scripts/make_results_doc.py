@@ -605,7 +605,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     reader = config["data"]["reader"]
     columns = ["recall@5", "ndcg@5", "recall@10", "ndcg@10"]
     if POST_PREFIXES[prefix] == "beauty":
-        intro = [f"## Post-training of the SID generator: stages against their control, {summary['dataset']}", "",
+        heading = [f"## Post-training of the SID generator: stages against their control, {summary['dataset']}", "",
                  f"`DATASET=beauty scripts/reproduce_post_training.sh`: Amazon Beauty 2014 ({summary['users']:,} "
                  f"users, {summary['items']:,} items, {summary['interactions']:,} interactions), leave-one-out, "
                  "full-corpus ranking, history removed; test split, best validation checkpoint. The genrec presets: "
@@ -615,7 +615,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
                  "same optimizer; the control continues next-token training. One CPU thread per run, two runs "
                  "side by side on the 2-core machine. Epoch caps were set by the time left, not by convergence.", ""]
     else:
-        intro = ["## Post-training of the SID generator: stages against their control", "",
+        heading = ["## Post-training of the SID generator: stages against their control", "",
            f"`scripts/reproduce_post_training.sh`: a reduced synthetic log ({reader['num_users']:,} users, "
            f"{reader['num_items']:,} items, {reader['num_clusters']} clusters; {summary['interactions']:,} "
            "interactions), leave-one-out, full-corpus ranking, history removed; test split, best validation "
@@ -626,7 +626,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
            "re-run of the teacher, SFT, control and the `sdpo_sft*` arms), so train times are wall times under "
            "contention. Epoch caps were set by the time left, not by convergence: a best epoch equal to the "
            "last (counted from 0) means the run was still improving.", ""]
-    out = intro + [
+    out = heading + [
            "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
            "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
     for stage, label in POST_STAGES.items():
