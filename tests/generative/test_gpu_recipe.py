@@ -50,8 +50,8 @@ def test_compiled_stacks_train_like_the_eager_model(name):
         (eager_loss, eager_grads), (loss, grads) = _loss_and_grads(eager, batch), _loss_and_grads(compiled, batch)
         assert loss == pytest.approx(eager_loss, abs=1e-5)
         assert grads.keys() == eager_grads.keys()
-        for name, grad in grads.items():
-            torch.testing.assert_close(grad, eager_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+        for param, grad in grads.items():
+            torch.testing.assert_close(grad, eager_grads[param], atol=1e-5, rtol=1e-4, msg=param)
     assert list(compiled.state_dict()) == list(eager.state_dict())
 
 
