@@ -17,6 +17,8 @@
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
+# SFT_SCHEDULE=cosine: the SFT run decays its learning rate to 0 at its last epoch (optim.schedule=cosine) ->
+# <prefix>sft_cosine_seed<S>, and the stages start from it (<prefix><arm>_cosine_seed<S>); ARMS="" runs no stage.
 # DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
 # RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
 # experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
@@ -51,13 +53,16 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
   "$PY" -m genrec.tokenize "${DATA[@]}" "${TOKENIZER[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
     encoder.run_dir="$RUNS/teacher" hydra.run.dir="$RUNS/sid"
 fi
+SFT_SCHEDULE=${SFT_SCHEDULE:-constant} SFT_TAG=""  # cosine: the SFT run's learning rate decays (names get _cosine)
+[ "$SFT_SCHEDULE" = constant ] || SFT_TAG="_$SFT_SCHEDULE"
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
-  if [ ! -f "$RUNS/sft-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for another ARMS)
-    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" \
-      trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="${PREFIX}sft_seed$seed" hydra.run.dir="$RUNS/sft-$seed"
+  if [ ! -f "$RUNS/sft$SFT_TAG-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for other ARMS)
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" optim.schedule="$SFT_SCHEDULE" \
+      trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="${PREFIX}sft${SFT_TAG}_seed$seed" \
+      hydra.run.dir="$RUNS/sft$SFT_TAG-$seed"
   fi
-  STAGE=(init_from="$RUNS/sft-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
+  STAGE=(init_from="$RUNS/sft$SFT_TAG-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
   declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
                   [sdpo_sft_beam]="align=sdpo align.sft_weight=1.0 align.negatives=beam"
                   [sdpo_seq]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence"
@@ -65,11 +70,11 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
-  for name in ${ARMS:-sft_more sft_more_nodrop dpo sdpo distill}; do
+  for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
     # shellcheck disable=SC2086  # the arm's overrides
     "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" ${ARM[$name]} \
-      results_name="${PREFIX}${name}_seed$seed" hydra.run.dir="$RUNS/$name-$seed"
+      results_name="${PREFIX}${name}${SFT_TAG}_seed$seed" hydra.run.dir="$RUNS/$name$SFT_TAG-$seed"
   done
 done
 # 4. the generator on a transformers causal LM whose vocabulary gains the SID tokens (a small random-initialised

@@ -59,6 +59,17 @@ def test_bad_split_before_the_data_loads(tmp_path, split, expected):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    (["optim.schedule=linear"], "optim.schedule: got 'linear', expected one of constant, cosine"),
+    (["optim.schedule=cosine", "trainer.max_epochs=-1"], "optim.schedule: cosine decays to 0 at the run's last step"),
+])
+def test_bad_schedule_before_the_data_loads(tmp_path, overrides, expected):
+    proc = _cli("genrec.train", *TINY_RUN, *overrides, f"data.cache_dir={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", expected)
+    assert not (tmp_path / "cache").exists()
+
+
 def test_prefetching_is_refused_before_the_data_loads(tmp_path):
     """genrec-train draws each step's candidates in the forward pass, so a prefetch setting would do nothing."""
     proc = _cli("genrec.train", *TINY_RUN, "embedding@model.embedding=dynamic", "model.embedding.prefetch_depth=1",

@@ -5,6 +5,8 @@ generative task adds the share of invalid decoded IDs to its metrics).
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Callable
 
 import lightning as L
@@ -20,6 +22,19 @@ from genrec.eval.metrics import Evaluator
 Scorer = Callable[[JaggedBatch], torch.Tensor]
 #: sums a tensor over the processes (identity in one process)
 Reduce = Callable[[torch.Tensor], torch.Tensor]
+#: ``optim.schedule`` values: the learning rate after the warm-up
+SCHEDULES = ("constant", "cosine")
+
+
+def lr_factor(step: int, warmup_steps: int, schedule: str, total_steps: float) -> float:
+    """The learning rate's multiplier at optimizer step ``step`` (from 0): linear warm-up over ``warmup_steps``,
+    then ``constant`` 1, or ``cosine`` from 1 down to 0 at step ``total_steps`` (the run's last)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1.0, total_steps - warmup_steps))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class RecommenderTask(L.LightningModule):
@@ -31,16 +46,22 @@ class RecommenderTask(L.LightningModule):
             optimizer then updates them in the backward pass and they are left out of :meth:`configure_optimizers`).
         lr / weight_decay / betas: AdamW settings (no weight decay on biases, norms and embedding tables).
         warmup_steps: linear learning-rate warm-up over that many steps (0: none).
+        schedule: the learning rate after the warm-up, one of :data:`SCHEDULES` (``cosine`` decays to 0 at the
+            trainer's last step, ``trainer.estimated_stepping_batches``: a run cut short by ``max_time`` or early
+            stopping ends before the decay does).
         ks: metric cut-offs.
         exclude_history: remove the user's history items from the ranking.
     """
 
     def __init__(self, model: nn.Module, lr: float = 1e-3, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.98), warmup_steps: int = 0, ks: tuple[int, ...] = (5, 10, 20),
-                 exclude_history: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.98), warmup_steps: int = 0, schedule: str = "constant",
+                 ks: tuple[int, ...] = (5, 10, 20), exclude_history: bool = True):
         super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule: got {schedule!r}, expected one of {SCHEDULES}")
         self.model = model
         self.lr, self.weight_decay, self.betas, self.warmup_steps = lr, weight_decay, tuple(betas), warmup_steps
+        self.schedule = schedule
         self.evaluator = Evaluator(tuple(ks), exclude_history)
         self._scorer: Scorer | None = None
 
@@ -88,7 +109,8 @@ class RecommenderTask(L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        """AdamW over the parameters not updated by a fused (in-backward) optimizer, with the optional warm-up."""
+        """AdamW over the parameters not updated by a fused (in-backward) optimizer, with the optional warm-up and
+        decay (:func:`lr_factor`)."""
         tables = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, EmbeddingTables))
                   for p in m.parameters()}
         decay, no_decay = [], []
@@ -96,10 +118,16 @@ class RecommenderTask(L.LightningModule):
             (no_decay if p.ndim < 2 or id(p) in tables else decay).append(p)
         optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas)
-        if not self.warmup_steps:
+        if not self.warmup_steps and self.schedule == "constant":
             return optimizer
-        warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / self.warmup_steps))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": warmup, "interval": "step"}}
+        total_steps = self.trainer.estimated_stepping_batches
+        if self.schedule != "constant" and math.isinf(total_steps):
+            raise ValueError(f"schedule={self.schedule} decays over the run's steps: set trainer.max_epochs or "
+                             "trainer.max_steps")
+        factor = functools.partial(lr_factor, warmup_steps=self.warmup_steps, schedule=self.schedule,
+                                   total_steps=total_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ---- evaluation ------------------------------------------------------------------------------------------------
 

@@ -26,12 +26,14 @@ from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.loggers import TrackerRuns, read_continuations
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 from genrec.training.tables import DynamicTablesCheckpoint
+from genrec.training.task import SCHEDULES
 from genrec.training.telemetry import Telemetry
 
 #: value types of the training keys genrec reads (``None`` allowed where listed), checked before the data loads
 TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "seed": (int,), "threads": (int, type(None)), "optim.lr": (float,), "optim.weight_decay": (float,),
-    "optim.betas": (list,), "eval.ks": (list,), "eval.exclude_history": (bool,), "eval.monitor": (str,),
+    "optim.betas": (list,), "optim.warmup_steps": (int,), "optim.schedule": (str,), "eval.ks": (list,),
+    "eval.exclude_history": (bool,), "eval.monitor": (str,),
     "data.max_len": (int,), "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_workers": (int,),
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
     "resume_from": (str, type(None)), "init_from": (str, type(None)), "model.dim": (int,),
@@ -40,7 +42,7 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
 #: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
             "telemetry.every_n_steps"}
-NON_NEGATIVE = {"optim.weight_decay", "data.num_workers", "checkpoint_every_n_steps"}
+NON_NEGATIVE = {"optim.weight_decay", "optim.warmup_steps", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
 
@@ -111,6 +113,18 @@ def check_train_config(cfg: DictConfig) -> None:
         if key in NON_NEGATIVE and value < 0:
             raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
+    _check_schedule(cfg)
+
+
+def _check_schedule(cfg: DictConfig) -> None:
+    """``optim.schedule`` is known, and a decaying one has a last step to decay to."""
+    schedule = cfg.optim.get("schedule", "constant")
+    if schedule not in SCHEDULES:
+        raise ConfigError("optim.schedule", f"got {schedule!r}, expected one of {', '.join(SCHEDULES)}")
+    unbounded = all(cfg.trainer.get(key, -1) in (None, -1) for key in ("max_epochs", "max_steps"))
+    if schedule != "constant" and unbounded:
+        raise ConfigError("optim.schedule", f"{schedule} decays to 0 at the run's last step: set trainer.max_epochs "
+                                            "or trainer.max_steps")
 
 
 def trainer_arguments(cfg: DictConfig) -> dict[str, Any]:
