@@ -1,10 +1,13 @@
 """genrec-train with model=tiger and model=sid_gpt on a tiny synthetic dataset: the run folder of the ID-based
 models plus the SID table and decoding settings, 0 invalid IDs, baselines; genrec-eval reproduces the test
 metrics from the checkpoint; errors name the key."""
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
@@ -13,9 +16,11 @@ from genrec.export.manifest import validate_manifest
 from genrec import train as train_entry
 from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+from genrec.training.builders import load_run
 from genrec.conf import CONF_DIR
 from tests.generative.helpers import one_thread
 
+REPO = Path(__file__).resolve().parents[2]
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
 TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
@@ -97,3 +102,33 @@ def test_missing_sid_table_is_named(sid_table, tmp_path):
     cfg = _compose(TINY + ["model=sid_gpt", f"data.cache_dir={sid_table / 'cache'}"])
     with pytest.raises(ValueError, match="sid_table: model=sid_gpt generates semantic IDs"):
         train_entry.run(cfg, tmp_path / "run")
+
+
+def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tiny_run, tmp_path):
+    """scripts/diagnose_generator.py: the generator's per-level nats sum to its test ``-log p(target)`` (the run's own
+    metric), the teacher's to its softmax over every item, and the beam row over every test user is the run's test
+    metrics."""
+    name, run_dir, metrics = trained
+    spec = importlib.util.spec_from_file_location("diagnose_generator", REPO / "scripts" / "diagnose_generator.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "diagnosis.json"
+    script.main(["--generator", str(run_dir), "--teacher", str(tiny_run[0]), "--out", str(out), "--sample", "1000",
+                 "--train-batches", "2", "--wide-beam", "40"])
+    found = json.loads(out.read_text())
+    test = metrics["metrics"]["test"]
+    assert sum(level["test"]["generator_nats"] for level in found["levels"]) == \
+        pytest.approx(-test["target_log_prob"], rel=1e-5)
+    _, datamodule, teacher = load_run(tiny_run[0])
+    gen_cfg, gen_data, _ = load_run(run_dir)
+    scorer, nats = teacher.make_scorer(), []
+    with torch.no_grad():
+        for batch in gen_data.test_dataloader():
+            logp = torch.log_softmax(scorer(batch)[:, 1:], dim=1)
+            nats.append(-logp.gather(1, batch.target_ids[:, None] - 1)[:, 0])
+    assert found["item_nats"]["test"]["teacher"] == pytest.approx(torch.cat(nats).double().mean().item(), rel=1e-5)
+    assert sum(level["test"]["teacher_nats"] for level in found["levels"]) == \
+        pytest.approx(found["item_nats"]["test"]["teacher"], rel=1e-6)
+    own_beam = found["decoding"]["rows"][0]
+    assert found["decoding"]["sample_users"] == found["item_nats"]["test"]["targets"] == metrics["dataset"]["users"]
+    assert own_beam["beam"] == 20 and own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)  # logged as float32
