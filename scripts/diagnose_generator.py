@@ -74,6 +74,17 @@ def _train_levels(generator, teacher, batch) -> list[torch.Tensor]:
                                          codes_taught)]
 
 
+def _items_under_prefix(codes: np.ndarray) -> np.ndarray:
+    """``codes (num_items + 1, L)`` (row 0 padding) -> ``(num_items + 1, L)``: at level ``l``, how many items share
+    the item's first ``l`` codes (the choices left to that level and the ones after it)."""
+    items = codes[1:]
+    out = np.zeros(codes.shape, dtype=np.int64)
+    for level in range(codes.shape[1]):
+        _, inverse, counts = np.unique(items[:, :level], axis=0, return_inverse=True, return_counts=True)
+        out[1:, level] = counts[inverse.reshape(-1)]
+    return out
+
+
 def _summary(columns: list[list[torch.Tensor]], level: int) -> dict[str, float]:
     names = ("generator_nats", "generator_top1", "teacher_nats", "teacher_top1")
     return {name: torch.cat(column)[:, level].double().mean().item() for name, column in zip(names, columns)}
@@ -114,15 +125,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"diagnose_generator: error: {args.teacher} was trained on other data than {args.generator}")
     generator, teacher = gen_task.model, FrozenTeacher(teacher_task.model, {})
     started = time.time()
-    test, train = [[], [], [], []], [[], [], [], []]
+    test, train, test_items = [[], [], [], []], [[], [], [], []], []
     with torch.no_grad():
         for batch in datamodule.test_dataloader():
+            test_items.append(batch.target_ids.numpy())
             for column, values in zip(test, _test_levels(generator, teacher, batch)):
                 column.append(values)
         for _, batch in zip(range(args.train_batches), datamodule.train_dataloader()):
             for column, values in zip(train, _train_levels(generator, teacher, batch)):
                 column.append(values)
-    levels = [{"level": level, "codebook_size": size, "test": _summary(test, level), "train": _summary(train, level)}
+    under = _items_under_prefix(generator.sids.codes.numpy())[np.concatenate(test_items)]  # (test users, L)
+    levels = [{"level": level, "codebook_size": size, "test": _summary(test, level), "train": _summary(train, level),
+               "test_items_under_prefix": float(under[:, level].mean())}
               for level, size in enumerate(generator.sids.codebook_sizes)]
     item_nats = {split: {"generator": torch.cat(columns[0]).double().sum(1).mean().item(),
                          "teacher": torch.cat(columns[2]).double().sum(1).mean().item(),

@@ -695,6 +695,55 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     return out
 
 
+#: what the per-level diagnosis shows (prose; the figures are in the files)
+DIAGNOSIS_NOTES: list[str] = []
+
+
+def diagnosis_tables(files: list[dict]) -> list[str]:
+    """Where a generator falls behind a retrieval model, per code level (scripts/diagnose_generator.py)."""
+    out = []
+    for r in (f for f in files if f.get("kind") == "diagnose_generator"):
+        gen, teacher = r["generator"], r["teacher"]
+        item = r["item_nats"]
+        out += [f"## Why the generator trails {teacher['model']}: nats per code level, {r['dataset']['dataset']} "
+                f"(`results/{r['name']}.json`)", "",
+                f"`python scripts/diagnose_generator.py`: the generator of `{gen['run']}` ({gen['model']}) and the "
+                f"retrieval model of `{teacher['run']}` ({teacher['model']}), best checkpoints. For each target, the "
+                "negative log-likelihood (nats) of its code at each level given its true prefix: the generator's "
+                "own softmax (teacher-forced), and the retrieval model's softmax over every item summed by code "
+                "prefix (what a generator reproducing its item probabilities exactly would put on each code). The "
+                "levels add up to each model's -log p(target item). Test: every test user's target "
+                f"({item['test']['targets']:,}); training: every position with an input of the first "
+                f"{r['train_batches']} training batches ({item['train']['targets']:,} targets). Top-1: the share of "
+                "targets whose code is the most likely one at that level. Items under the prefix: how many items share the "
+                "test target's codes before that level (mean over targets).", "",
+                "| level (codes) | test nats: generator | test nats: retrieval | gap | train nats: generator | "
+                "train nats: retrieval | gap | test top-1: generator | test top-1: retrieval | items under the "
+                "prefix |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for level in r["levels"]:
+            test, train = level["test"], level["train"]
+            out.append(f"| {level['level']} ({level['codebook_size']}) | {test['generator_nats']:.3f} | "
+                       f"{test['teacher_nats']:.3f} | {test['generator_nats'] - test['teacher_nats']:+.3f} | "
+                       f"{train['generator_nats']:.3f} | {train['teacher_nats']:.3f} | "
+                       f"{train['generator_nats'] - train['teacher_nats']:+.3f} | {test['generator_top1']:.3f} | "
+                       f"{test['teacher_top1']:.3f} | {level.get('test_items_under_prefix', float('nan')):,.1f} |")
+        out.append(f"| **item** | {item['test']['generator']:.3f} | {item['test']['teacher']:.3f} | "
+                   f"{item['test']['generator'] - item['test']['teacher']:+.3f} | {item['train']['generator']:.3f} | "
+                   f"{item['train']['teacher']:.3f} | {item['train']['generator'] - item['train']['teacher']:+.3f} "
+                   "| – | – | 1 |")
+        decoding = r["decoding"]
+        out += ["", f"Decoding: the generator's beam and a wider one on {decoding['sample_users']:,} test users drawn "
+                f"with seed {decoding['seed']} (history removed, constrained by the prefix trie):", "",
+                "| beam | recall@5 | ndcg@5 | recall@10 | ndcg@10 |", "|---|---|---|---|---|"]
+        out += [f"| {row['beam']} | " + " | ".join(f"{row[c]:.4f}" for c in ("recall@5", "ndcg@5", "recall@10",
+                                                                          "ndcg@10")) + " |"
+                for row in decoding["rows"]]
+        out += ["", f"Commit `{r['commit'][:12]}`; {r['seconds']['levels']:.0f} s for the levels, "
+                f"{r['seconds']['decoding']:.0f} s for the decoding, {r['threads']} thread(s).", ""]
+        out += DIAGNOSIS_NOTES
+    return out
+
+
 def bench_compile_tables(files: list[dict]) -> list[str]:
     """compile=true vs eager training steps on CPU (scripts/bench_compile.py)."""
     out = []
@@ -967,8 +1016,9 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
             line += f" Below even the most-popular baseline on {', '.join(weaker)}."
         if r["epochs_run"] > 1 and r["best_epoch"] + 1 >= r["epochs_run"]:
             line += " Its last validation was its best: it was still improving when the budget ran out."
+        decay = "no decay" if optim.get("schedule", "constant") == "constant" else f"{optim['schedule']} decay"
         line += (f" Nothing was tuned (the preset's AdamW, lr {optim['lr']:g}, warm-up {optim.get('warmup_steps', 0)} "
-                 "steps, no decay).")
+                 f"steps, {decay}).")
         if r["model"] in PUBLISHED_STEPS and PUBLISHED_STEPS[r["model"]][0] in published:
             name, paper_steps, paper_batch = PUBLISHED_STEPS[r["model"]]
             paper = published[name]
@@ -1592,7 +1642,7 @@ def dynamic_quality_tables(files: list[dict]) -> list[str]:
                            f"| {', '.join(str(x['seed']) for x in runs)} | {epochs} |")
             for name, metrics in first["baselines"].items():
                 out.append(f"| {name} (baseline) | {metrics['ndcg@10']:.4f} | {metrics['recall@10']:.4f} | – | – "
-                           "| – | – |")
+                           "| – | – | 1 |")
             best_baseline = max(m["ndcg@10"] for m in first["baselines"].values())
             below = [v for v, runs in by_variant.items()
                      if statistics.mean(x["test"]["ndcg@10"] for x in runs) <= best_baseline]
@@ -1639,7 +1689,7 @@ def _new_items_table(part: dict) -> list[str]:
                    f"| {statistics.mean(stage(x, 'after_adaptation')['new_items_with_rows'] for x in runs):,.0f} |")
     for name, metrics in first["baselines"]["after_adaptation"].items():
         out.append(f"| {name} (baseline) | – | {metrics['all']['ndcg@10']:.4f} | {metrics['new']['recall@10']:.4f} "
-                   "| – | – |")
+                   "| – | – | 1 |")
 
     def adapted(variant: str, group: str, metric: str) -> float:
         return statistics.mean(x["variants"][variant]["after_adaptation"]["metrics"][group][metric] for x in runs)
@@ -1767,6 +1817,7 @@ def main() -> None:
     lines += feature_tables(files)
     lines += post_training_tables(files)
     lines += sid_source_tables(files)
+    lines += diagnosis_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)
     lines += hstu_peer_tables(files)

@@ -129,6 +129,9 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
     assert found["item_nats"]["test"]["teacher"] == pytest.approx(torch.cat(nats).double().mean().item(), rel=1e-5)
     assert sum(level["test"]["teacher_nats"] for level in found["levels"]) == \
         pytest.approx(found["item_nats"]["test"]["teacher"], rel=1e-6)
+    assert found["levels"][0]["test_items_under_prefix"] == metrics["dataset"]["items"]
+    codes = np.array([[-1, -1, -1], [0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]])  # 4 items, by hand:
+    assert script._items_under_prefix(codes)[1:].tolist() == [[4, 3, 2], [4, 3, 2], [4, 3, 1], [4, 1, 1]]
     own_beam = found["decoding"]["rows"][0]
     assert found["decoding"]["sample_users"] == found["item_nats"]["test"]["targets"] == metrics["dataset"]["users"]
     assert own_beam["beam"] == 20 and own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)  # logged as float32
