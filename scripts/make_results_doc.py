@@ -695,6 +695,41 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     return out
 
 
+def curve_tables(files: list[dict]) -> list[str]:
+    """Validation NDCG@10 after every epoch of the runs in a curves file (scripts/record_curves.py), epochs counted
+    from the start of training: a stage started with ``init_from`` continues its source's count."""
+    out = []
+    for r in (f for f in files if f.get("kind") == "validation_curves"):
+        def start(run: dict) -> int:  # epochs trained before the run's first epoch
+            return 0 if run["init_from"] is None else run["init_from"]["epoch"] + 1
+
+        def label(run: dict) -> str:
+            named = {"name": run["results_name"] or ""}
+            return POST_STAGES.get(_stage(named), run["results_name"]) if _post_prefix(named) else run["run"]
+
+        generative = [run for run in r["runs"] if run["model"] != "sasrec"]
+        width = max(start(run) + run["epochs_run"] for run in generative)
+        out += [f"## Learning curves (`results/{r['name']}.json`)", "",
+                "`python scripts/record_curves.py`: validation NDCG@10 after each epoch, read from each run's own "
+                "log; epochs counted from the start of training (a stage started from a checkpoint continues its "
+                f"count; the retrieval model's row is cut at {width} epochs, its best is in the last columns).", "",
+                "| run | lr, schedule | " + " | ".join(str(e) for e in range(1, width + 1)) +
+                " | best validation (epoch) | test ndcg@10 |", "|---|---|" + "---|" * (width + 2)]
+        for run in r["runs"]:
+            cells = [""] * width
+            for point in run["curve"]:
+                epoch = start(run) + point["epoch"]
+                if epoch < width:
+                    cells[epoch] = f"{point['ndcg@10']:.4f}"
+            best = run["curve"][run["best_epoch"]]
+            out.append(f"| {label(run)} | {run['lr']:g}, {run['schedule']} | " + " | ".join(cells) +
+                       f" | {best['ndcg@10']:.4f} ({start(run) + run['best_epoch'] + 1}) | "
+                       f"{run['test']['ndcg@10']:.4f} |")
+        out += ["", f"Commit `{r['commit'][:12]}` (of the script; each run's own commit is in its results file).",
+                ""]
+    return out
+
+
 #: what the per-level diagnosis shows (prose; the figures are in the files)
 DIAGNOSIS_NOTES: list[str] = []
 
@@ -1818,6 +1853,7 @@ def main() -> None:
     lines += post_training_tables(files)
     lines += sid_source_tables(files)
     lines += diagnosis_tables(files)
+    lines += curve_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)
     lines += hstu_peer_tables(files)

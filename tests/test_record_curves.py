@@ -1,0 +1,39 @@
+"""scripts/record_curves.py on a real run folder (conftest's tiny_run): one point per epoch, and the best epoch's
+point is the validation genrec-train repeats on the best checkpoint after training."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("record_curves", REPO / "scripts" / "record_curves.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_runs_curve_ends_at_its_recorded_validation(tiny_run, tmp_path):
+    run_dir, metrics = tiny_run
+    out = tmp_path / "curves.json"
+    _script().main(["--out", str(out), str(run_dir)])
+    (run,) = json.loads(out.read_text())["runs"]
+    assert [p["epoch"] for p in run["curve"]] == list(range(metrics["epochs_run"]))
+    best = run["curve"][metrics["best_epoch"]]
+    assert best["ndcg@10"] == pytest.approx(metrics["metrics"]["valid"]["ndcg@10"], abs=1e-7)
+    assert run["init_from"] is None and run["test"]["ndcg@10"] == metrics["metrics"]["test"]["ndcg@10"]
+
+
+def test_a_log_missing_an_epoch_is_refused_with_its_file(tiny_run, tmp_path):
+    run_dir = Path(shutil.copytree(tiny_run[0], tmp_path / "run"))
+    log = run_dir / "logs" / "metrics.csv"
+    header, *rows = log.read_text().splitlines()
+    log.write_text("\n".join([header] + [r for r in rows if not r.startswith("0,")]) + "\n")  # epoch 0's rows
+    with pytest.raises(SystemExit, match="logs/metrics.csv: expected one validation per epoch 0..0"):
+        _script().curve(run_dir)
