@@ -4,7 +4,9 @@ reached, what you measured about why").
 1. **Modelling, per code level.** For every test user, the negative log-likelihood (nats) of the target's code at
    each level given the target's true prefix, and whether that code is the most likely one:
    - the generator: its own decoder, teacher-forced along the target's codes (raw softmax per level, as its
-     ``test/target_log_prob`` and its beam search score);
+     ``test/target_log_prob`` and its beam search score), and the same renormalised over the codes that continue
+     the target's prefix to some item, with the probability it puts on them (the rest is on code tuples that are
+     no item, which constrained decoding masks);
    - the retrieval model (SASRec, HSTU): its softmax over every item summed by code prefix
      (:func:`genrec.models.distill.level_targets`), i.e. the distribution a perfect generator of that model's
      item probabilities would put on each code.
@@ -16,7 +18,7 @@ reached, what you measured about why").
 Usage (both run folders trained on the same dataset and split)::
 
     python scripts/diagnose_generator.py --generator runs/post/sft-0 --teacher runs/post/teacher \\
-        --out results/beauty_post_diagnosis_seed0.json
+        --out results/diagnosis_post_seed0.json
 """
 from __future__ import annotations
 
@@ -44,34 +46,50 @@ def _teacher_levels(teacher_scores: torch.Tensor, sids, codes: torch.Tensor) -> 
     return torch.cat(nats), torch.cat(top1)
 
 
+def _generator_levels(level_log_probs: list[torch.Tensor], sids, codes: torch.Tensor) -> list[torch.Tensor]:
+    """The generator's ``L`` raw per-level log-softmaxes ``(P, K_l)`` along the targets' ``codes (P, L)`` -> ``(P, L)``
+    each: nats of the target's code, whether it is the most likely code, the nats renormalised over the codes that
+    continue the target's prefix to some item (as constrained decoding ranks within a prefix), and the probability
+    the generator puts on those codes."""
+    from genrec.models.distill import level_targets
+
+    valid = [[] for _ in level_log_probs]
+    for rows in torch.split(torch.arange(len(codes)), 128):  # (rows, num_items, L) codes at a time
+        items = torch.arange(1, sids.num_items + 1).expand(len(rows), -1)
+        counts = level_targets(sids.codes, items, torch.ones(items.shape), codes[rows], sids.codebook_sizes)
+        for level, count in enumerate(counts):
+            valid[level].append(count > 0)
+    nats, top1, valid_nats, valid_mass = [], [], [], []
+    for level, logp in enumerate(level_log_probs):
+        target = logp.gather(1, codes[:, level:level + 1])[:, 0]
+        on_valid = logp.masked_fill(~torch.cat(valid[level]), float("-inf")).logsumexp(1)
+        nats.append(-target)
+        top1.append(logp.argmax(1) == codes[:, level])
+        valid_nats.append(on_valid - target)
+        valid_mass.append(on_valid.exp())
+    return [torch.stack(column, 1) for column in (nats, top1, valid_nats, valid_mass)]
+
+
 def _test_levels(generator, teacher, batch) -> list[torch.Tensor]:
-    """An evaluation batch -> ``(B, L)`` nats and top-1 hits of the generator (its decoder, teacher-forced along
-    the target's codes) and of the teacher."""
+    """An evaluation batch -> ``(B, L)`` :func:`_generator_levels` (its decoder, teacher-forced along the target's
+    codes) and :func:`_teacher_levels`."""
     sids = generator.sids
     codes = sids.codes[batch.target_ids]  # (B, L)
     decoder = generator.decoder(batch)
-    logp = decoder.start()
-    nats, top1 = [], []
-    for level in range(sids.num_levels):
-        nats.append(-logp.gather(1, codes[:, level:level + 1])[:, 0])
-        top1.append(logp.argmax(1) == codes[:, level])
-        if level + 1 < sids.num_levels:
-            logp = decoder.step(codes[:, level], level)
-    return [torch.stack(nats, 1), torch.stack(top1, 1),
+    level_log_probs = [decoder.start()]
+    for level in range(sids.num_levels - 1):
+        level_log_probs.append(decoder.step(codes[:, level], level))
+    return [*_generator_levels(level_log_probs, sids, codes),
             *_teacher_levels(teacher.scores(batch, batch.last_positions()), sids, codes)]
 
 
 def _train_levels(generator, teacher, batch) -> list[torch.Tensor]:
     """A training batch -> the same at every position that has an input (the teacher needs one)."""
     targets = generator.target_log_probs(batch)
-    codes = generator.sids.codes[targets.items]
     taught = targets.positions >= 0
-    codes_taught = codes[taught]
-    nats = torch.stack([-level[taught].gather(1, codes_taught[:, i:i + 1])[:, 0]
-                        for i, level in enumerate(targets.levels)], 1)
-    top1 = torch.stack([level[taught].argmax(1) == codes_taught[:, i] for i, level in enumerate(targets.levels)], 1)
-    return [nats, top1, *_teacher_levels(teacher.scores(batch, targets.positions[taught]), generator.sids,
-                                         codes_taught)]
+    codes = generator.sids.codes[targets.items[taught]]
+    return [*_generator_levels([level[taught] for level in targets.levels], generator.sids, codes),
+            *_teacher_levels(teacher.scores(batch, targets.positions[taught]), generator.sids, codes)]
 
 
 def _items_under_prefix(codes: np.ndarray) -> np.ndarray:
@@ -86,7 +104,8 @@ def _items_under_prefix(codes: np.ndarray) -> np.ndarray:
 
 
 def _summary(columns: list[list[torch.Tensor]], level: int) -> dict[str, float]:
-    names = ("generator_nats", "generator_top1", "teacher_nats", "teacher_top1")
+    names = ("generator_nats", "generator_top1", "generator_valid_nats", "generator_valid_mass", "teacher_nats",
+             "teacher_top1")
     return {name: torch.cat(column)[:, level].double().mean().item() for name, column in zip(names, columns)}
 
 
@@ -125,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"diagnose_generator: error: {args.teacher} was trained on other data than {args.generator}")
     generator, teacher = gen_task.model, FrozenTeacher(teacher_task.model, {})
     started = time.time()
-    test, train, test_items = [[], [], [], []], [[], [], [], []], []
+    test, train, test_items = [[] for _ in range(6)], [[] for _ in range(6)], []
     with torch.no_grad():
         for batch in datamodule.test_dataloader():
             test_items.append(batch.target_ids.numpy())
@@ -139,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
                "test_items_under_prefix": float(under[:, level].mean())}
               for level, size in enumerate(generator.sids.codebook_sizes)]
     item_nats = {split: {"generator": torch.cat(columns[0]).double().sum(1).mean().item(),
-                         "teacher": torch.cat(columns[2]).double().sum(1).mean().item(),
+                         "generator_valid": torch.cat(columns[2]).double().sum(1).mean().item(),
+                         "teacher": torch.cat(columns[4]).double().sum(1).mean().item(),
                          "targets": sum(len(c) for c in columns[0])}
                  for split, columns in (("test", test), ("train", train))}
     levels_seconds = time.time() - started

@@ -750,22 +750,26 @@ def diagnosis_tables(files: list[dict]) -> list[str]:
                 "levels add up to each model's -log p(target item). Test: every test user's target "
                 f"({item['test']['targets']:,}); training: every position with an input of the first "
                 f"{r['train_batches']} training batches ({item['train']['targets']:,} targets). Top-1: the share of "
-                "targets whose code is the most likely one at that level. Items under the prefix: how many items share the "
-                "test target's codes before that level (mean over targets).", "",
-                "| level (codes) | test nats: generator | test nats: retrieval | gap | train nats: generator | "
-                "train nats: retrieval | gap | test top-1: generator | test top-1: retrieval | items under the "
-                "prefix |", "|---|---|---|---|---|---|---|---|---|---|"]
+                "targets whose code is the most likely one at that level. Valid codes: those that continue the "
+                "target's prefix to some item (constrained decoding masks the others; the generator's raw softmax "
+                "spends the rest of its mass on them). Items under the prefix: how many items share the test "
+                "target's codes before that level (mean over targets).", "",
+                "| level (codes) | test nats: generator | generator, valid codes only | generator's mass on valid "
+                "codes | test nats: retrieval | gap (valid codes) | train nats: generator | train nats: retrieval | "
+                "gap | test top-1: generator | test top-1: retrieval | items under the prefix |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for level in r["levels"]:
             test, train = level["test"], level["train"]
             out.append(f"| {level['level']} ({level['codebook_size']}) | {test['generator_nats']:.3f} | "
-                       f"{test['teacher_nats']:.3f} | {test['generator_nats'] - test['teacher_nats']:+.3f} | "
+                       f"{test['generator_valid_nats']:.3f} | {test['generator_valid_mass']:.3f} | "
+                       f"{test['teacher_nats']:.3f} | {test['generator_valid_nats'] - test['teacher_nats']:+.3f} | "
                        f"{train['generator_nats']:.3f} | {train['teacher_nats']:.3f} | "
                        f"{train['generator_nats'] - train['teacher_nats']:+.3f} | {test['generator_top1']:.3f} | "
-                       f"{test['teacher_top1']:.3f} | {level.get('test_items_under_prefix', float('nan')):,.1f} |")
-        out.append(f"| **item** | {item['test']['generator']:.3f} | {item['test']['teacher']:.3f} | "
-                   f"{item['test']['generator'] - item['test']['teacher']:+.3f} | {item['train']['generator']:.3f} | "
-                   f"{item['train']['teacher']:.3f} | {item['train']['generator'] - item['train']['teacher']:+.3f} "
-                   "| – | – | 1 |")
+                       f"{test['teacher_top1']:.3f} | {level['test_items_under_prefix']:,.1f} |")
+        out.append(f"| **item** | {item['test']['generator']:.3f} | {item['test']['generator_valid']:.3f} | – | "
+                   f"{item['test']['teacher']:.3f} | {item['test']['generator_valid'] - item['test']['teacher']:+.3f} "
+                   f"| {item['train']['generator']:.3f} | {item['train']['teacher']:.3f} | "
+                   f"{item['train']['generator'] - item['train']['teacher']:+.3f} | – | – | 1 |")
         decoding = r["decoding"]
         out += ["", f"Decoding: the generator's beam and a wider one on {decoding['sample_users']:,} test users drawn "
                 f"with seed {decoding['seed']} (history removed, constrained by the prefix trie):", "",

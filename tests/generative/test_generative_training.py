@@ -130,6 +130,10 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
     assert sum(level["test"]["teacher_nats"] for level in found["levels"]) == \
         pytest.approx(found["item_nats"]["test"]["teacher"], rel=1e-6)
     assert found["levels"][0]["test_items_under_prefix"] == metrics["dataset"]["items"]
+    for level in found["levels"]:  # renormalised over the valid codes: the same minus log of their mass
+        test_level = level["test"]
+        assert 0 < test_level["generator_valid_mass"] <= 1 + 1e-6
+        assert test_level["generator_valid_nats"] <= test_level["generator_nats"] + 1e-6
     codes = np.array([[-1, -1, -1], [0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]])  # 4 items, by hand:
     assert script._items_under_prefix(codes)[1:].tolist() == [[4, 3, 2], [4, 3, 2], [4, 3, 1], [4, 1, 1]]
     own_beam = found["decoding"]["rows"][0]
