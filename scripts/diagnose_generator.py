@@ -12,8 +12,10 @@ reached, what you measured about why").
      item probabilities would put on each code.
    The levels' nats add up to each model's ``-log p(target item)``. The same on training positions (the first
    ``--train-batches`` batches, every position with an input) tells fitting apart from generalising.
-2. **Decoding.** On a random sample of test users, the generator's recall/NDCG@10 with its own beam and with a
-   much wider one: what a larger beam would recover of the items the model already ranks high.
+2. **Decoding.** On a random sample of test users, the generator's recall/NDCG@10 with its own constrained beam,
+   the same beam renormalised over the allowed codes at every level (does the mass on tuples that are no item
+   distort the ranking?), and a much wider beam (what would it recover of the items the model already ranks
+   high?).
 
 Usage (both run folders trained on the same dataset and split)::
 
@@ -109,12 +111,18 @@ def _summary(columns: list[list[torch.Tensor]], level: int) -> dict[str, float]:
     return {name: torch.cat(column)[:, level].double().mean().item() for name, column in zip(names, columns)}
 
 
-def _beam_metrics(generator, batches, beam: int, ks: tuple[int, ...], exclude_history: bool) -> dict[str, float]:
+def _beam_metrics(generator, batches, beam: int, ks: tuple[int, ...], exclude_history: bool,
+                  renormalize: bool = False) -> dict[str, float]:
+    """Recall/NDCG of the generator's constrained beam (``renormalize``: each level renormalised over the allowed
+    codes, :func:`genrec.models.beam.beam_search`) over ``batches``."""
     from genrec.eval.metrics import Evaluator
+    from genrec.models.beam import beam_search
 
     evaluator = Evaluator(ks, exclude_history)
     for batch in batches:
-        result = generator.generate(batch, beam=beam, top_k=max(ks))
+        seen = (batch.seen_ids, batch.seen_offsets) if exclude_history else None
+        result = beam_search(generator.decoder(batch), generator.sids, beam, max(ks), generator.trie, seen,
+                             renormalize)
         evaluator.update(result.score_matrix(generator.num_items + 1).float(), batch)
     return evaluator.compute()
 
@@ -178,8 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     ks, exclude = tuple(gen_cfg.eval.ks), gen_cfg.eval.exclude_history
     started = time.time()
     with torch.no_grad():
-        decoding = [{"beam": beam, **_beam_metrics(generator, sample, beam, ks, exclude)}
-                    for beam in (generator.beam, args.wide_beam)]
+        decoding = [{"beam": beam, "renormalize": renormalize,
+                     **_beam_metrics(generator, sample, beam, ks, exclude, renormalize)}
+                    for beam, renormalize in ((generator.beam, False), (generator.beam, True), (args.wide_beam, False))]
     write_json(Path(args.out), {
         "kind": "diagnose_generator", "dataset": datamodule.data.summary(), "split": "test",
         "generator": {"run": str(args.generator), "model": gen_cfg.model.name, "sid_table": str(gen_cfg.sid_table)},

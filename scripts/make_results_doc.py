@@ -771,10 +771,11 @@ def diagnosis_tables(files: list[dict]) -> list[str]:
                    f"| {item['train']['generator']:.3f} | {item['train']['teacher']:.3f} | "
                    f"{item['train']['generator'] - item['train']['teacher']:+.3f} | – | – | 1 |")
         decoding = r["decoding"]
-        out += ["", f"Decoding: the generator's beam and a wider one on {decoding['sample_users']:,} test users drawn "
+        out += ["", f"Decoding: the generator's beam, the same renormalised over the allowed codes at every level, "
+                f"and a wider beam, on {decoding['sample_users']:,} test users drawn "
                 f"with seed {decoding['seed']} (history removed, constrained by the prefix trie):", "",
                 "| beam | recall@5 | ndcg@5 | recall@10 | ndcg@10 |", "|---|---|---|---|---|"]
-        out += [f"| {row['beam']} | " + " | ".join(f"{row[c]:.4f}" for c in ("recall@5", "ndcg@5", "recall@10",
+        out += [f"| {row['beam']}{', renormalised' if row.get('renormalize') else ''} | " + " | ".join(f"{row[c]:.4f}" for c in ("recall@5", "ndcg@5", "recall@10",
                                                                           "ndcg@10")) + " |"
                 for row in decoding["rows"]]
         out += ["", f"Commit `{r['commit'][:12]}`; {r['seconds']['levels']:.0f} s for the levels, "

@@ -5,8 +5,11 @@ user, level by level, and returns the best ``top_k`` complete tuples as items wi
 users and beams move together as tensors; the decoder keeps its own state (KV caches) and reorders it with
 :meth:`Decoder.select` after every step.
 
-Scores are the sum of the model's per-level log-probabilities (log-softmax over the level's codes), not
-renormalised over the allowed codes: constraints only remove candidates. History removal: with ``seen`` given,
+Scores are the sum of the model's per-level log-probabilities (log-softmax over the level's codes). By default they
+are not renormalised over the allowed codes: constraints only remove candidates, and an item under a prefix whose
+continuations the model gives little mass pays for the mass on tuples that are no item. With ``renormalize`` each
+level's log-probabilities are renormalised over the codes the trie allows (the model conditioned on generating an
+item). History removal: with ``seen`` given,
 tuples of the user's own history are removed at the last level, before the final top-``k``, so the beam still
 returns ``top_k`` unseen items whenever the surviving prefixes hold that many.
 """
@@ -89,7 +92,7 @@ def _is_seen(items: torch.Tensor, seen: torch.Tensor, num_columns: int) -> torch
 @torch.no_grad()
 def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
                 trie: PrefixTrie | BruteForceConstraint | None = None,
-                seen: tuple[torch.Tensor, torch.Tensor] | None = None) -> BeamResult:
+                seen: tuple[torch.Tensor, torch.Tensor] | None = None, renormalize: bool = False) -> BeamResult:
     """Decode the ``top_k`` most likely code tuples for every user of ``decoder``.
 
     Args:
@@ -100,11 +103,14 @@ def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
         trie: constrain every step to valid prefixes (``None``: unconstrained); a
             :class:`BruteForceConstraint` does the same the naive way.
         seen: ``(seen_ids (S,), seen_offsets (B + 1,))`` history items to remove from the results.
+        renormalize: renormalise each level's log-probabilities over the codes ``trie`` allows (needs ``trie``).
     Returns:
         :class:`BeamResult` with ``k = top_k`` columns.
     """
     if not 1 <= top_k <= beam:
         raise ValueError(f"top_k must lie in 1..beam, got top_k={top_k}, beam={beam}")
+    if renormalize and trie is None:
+        raise ValueError("renormalize needs a trie: it renormalises over the allowed codes")
     logp = decoder.start()[:, None, :]  # (B, 1, K_0)
     batch, device = logp.shape[0], logp.device
     num_columns = sids.num_items + 1
@@ -117,6 +123,9 @@ def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
     for level, size in enumerate(sids.codebook_sizes):
         if trie is not None:
             logp = logp.masked_fill(~trie.allowed(level, nodes), float("-inf"))
+            if renormalize:  # a dead prefix (nothing allowed) stays -inf
+                total_mass = logp.logsumexp(-1, keepdim=True)
+                logp = torch.where(torch.isfinite(total_mass), logp - total_mass, logp)
         candidates = keys[..., None] * size + torch.arange(size, device=device)  # (B, W, K)
         if level == last and seen_keys is not None:
             logp = logp.masked_fill(_is_seen(sids.item_of_key(candidates), seen_keys, num_columns), float("-inf"))

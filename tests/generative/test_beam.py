@@ -67,6 +67,20 @@ def test_wide_beam_equals_exhaustive_enumeration(top_k):
     assert not result.invalid.any()
 
 
+def test_renormalized_scores_are_a_distribution_over_the_items():
+    """Renormalised over the allowed codes at every level, the item probabilities sum to 1 (raw: the mass on
+    tuples that are no item is missing), and no item's probability falls."""
+    sids, trie, logits = _setup()
+    raw = beam_search(TableDecoder(logits), sids, beam=40, top_k=40, trie=trie)
+    renormalized = beam_search(TableDecoder(logits), sids, beam=40, top_k=40, trie=trie, renormalize=True)
+    assert torch.allclose(renormalized.scores.logsumexp(1), torch.zeros(3), atol=1e-5)
+    assert (raw.scores.logsumexp(1) < -0.01).all()
+    items = torch.arange(1, 41)
+    assert (renormalized.score_matrix(41)[:, items] >= raw.score_matrix(41)[:, items] - 1e-6).all()
+    with pytest.raises(ValueError, match="renormalize needs a trie"):
+        beam_search(TableDecoder(logits), sids, beam=40, top_k=40, renormalize=True)
+
+
 def test_narrow_beam_returns_valid_items_with_their_exact_scores():
     sids, trie, logits = _setup()
     result = beam_search(TableDecoder(logits), sids, beam=4, top_k=4, trie=trie)
