@@ -497,6 +497,7 @@ def sid_source_tables(files: list[dict]) -> list[str]:
 POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty"}
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_cosine": "SID-GPT, SFT with a cosine learning-rate decay",
+               "sft_cosine_items": "SID-GPT with item-ID inputs, SFT with a cosine learning-rate decay",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",

@@ -17,8 +17,10 @@
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
-# SFT_SCHEDULE=cosine: the SFT run decays its learning rate to 0 at its last epoch (optim.schedule=cosine) ->
-# <prefix>sft_cosine_seed<S>, and the stages start from it (<prefix><arm>_cosine_seed<S>); ARMS="" runs no stage.
+# SFT_OVERRIDES (e.g. "optim.schedule=cosine") with SFT_TAG (e.g. _cosine): an SFT variant -> <prefix>sft<tag>_seed<S>,
+# and the stages start from it (<prefix><arm><tag>_seed<S>); ARMS="" runs no stage. The recorded variants:
+# SFT_TAG=_cosine SFT_OVERRIDES="optim.schedule=cosine" and SFT_TAG=_cosine_items SFT_OVERRIDES="optim.schedule=cosine
+# model.generator.item_inputs=true" (each history item's own embedding beside its codes).
 # DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
 # RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
 # experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
@@ -53,12 +55,13 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
   "$PY" -m genrec.tokenize "${DATA[@]}" "${TOKENIZER[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
     encoder.run_dir="$RUNS/teacher" hydra.run.dir="$RUNS/sid"
 fi
-SFT_SCHEDULE=${SFT_SCHEDULE:-constant} SFT_TAG=""  # cosine: the SFT run's learning rate decays (names get _cosine)
-[ "$SFT_SCHEDULE" = constant ] || SFT_TAG="_$SFT_SCHEDULE"
+SFT_TAG=${SFT_TAG-}
+[ -z "${SFT_OVERRIDES:-}" ] || [ -n "$SFT_TAG" ] || { echo "SFT_OVERRIDES needs an SFT_TAG to name its runs" >&2; exit 2; }
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
   if [ ! -f "$RUNS/sft$SFT_TAG-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for other ARMS)
-    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" optim.schedule="$SFT_SCHEDULE" \
+    # shellcheck disable=SC2086  # the variant's overrides
+    "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" ${SFT_OVERRIDES:-} \
       trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="${PREFIX}sft${SFT_TAG}_seed$seed" \
       hydra.run.dir="$RUNS/sft$SFT_TAG-$seed"
   fi

@@ -37,11 +37,14 @@ class SIDGenerator(GenerativeRecommender):
             token-embedding width.
         init_std: initialisation of the token table.
         user_buckets: when > 0, a hashed user token replaces BOS at the start of every sequence.
+        item_inputs: also give every history item its own embedding (a table of ``num_items + 1`` rows), added to
+            the input of the item's last code token; the tokens an item is generated from never see it, so
+            training and decoding read the same inputs.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
-                 beam: int = 20, top_k: int = 20, constrained: bool = True):
+                 beam: int = 20, top_k: int = 20, constrained: bool = True, item_inputs: bool = False):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
         self.backbone: TokenBackbone = as_backbone(backbone)
         if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
@@ -49,13 +52,18 @@ class SIDGenerator(GenerativeRecommender):
             self.tokens = None
         else:
             self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
+        self.item_inputs = ItemEmbedding(self.num_items, self.backbone.dim, init_std) if item_inputs else None
 
     def sequence_stacks(self) -> list[nn.Module]:
         return [self.backbone]  # its forward (training); prefill and step (decoding) are other methods
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``(*,)`` tokens -> ``(*, D)`` input embeddings."""
-        return self.backbone.embed(tokens) if self.tokens is None else self.tokens.lookup(tokens)
+    def embed(self, tokens: torch.Tensor, token_items: torch.Tensor | None = None) -> torch.Tensor:
+        """``(*,)`` tokens -> ``(*, D)`` input embeddings; with ``item_inputs``, plus the embedding of
+        ``token_items (*,)`` (the item whose last code token it is, 0: none)."""
+        x = self.backbone.embed(tokens) if self.tokens is None else self.tokens.lookup(tokens)
+        if self.item_inputs is None or token_items is None:
+            return x
+        return x + self.item_inputs.lookup(token_items) * (token_items > 0).unsqueeze(-1).to(x.dtype)
 
     def _start_tokens(self, batch: JaggedBatch) -> torch.Tensor:
         if self.sids.user_buckets:
@@ -63,9 +71,9 @@ class SIDGenerator(GenerativeRecommender):
         return torch.full((batch.batch_size,), BOS_TOKEN, dtype=torch.int64, device=batch.item_ids.device)
 
     def _sequences(self, batch: JaggedBatch, items: torch.Tensor, offsets: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Item sequences ``items`` jagged by ``offsets (B + 1,)`` -> their token sequences with the start token:
-        ``(T,)`` tokens and ``(B + 1,)`` offsets."""
+        ``(T,)`` tokens, ``(B + 1,)`` offsets and ``(T,)`` token items (the item at its last code token, else 0)."""
         levels = self.sids.num_levels
         row, col = jagged_index(offsets)
         token_offsets = offsets * levels + torch.arange(len(offsets), device=offsets.device)
@@ -73,7 +81,9 @@ class SIDGenerator(GenerativeRecommender):
         tokens[token_offsets[:-1]] = self._start_tokens(batch)
         at = (token_offsets[:-1][row] + 1 + col * levels)[:, None] + torch.arange(levels, device=items.device)
         tokens[at] = self.sids.item_tokens(items)
-        return tokens, token_offsets
+        token_items = torch.zeros_like(tokens)
+        token_items[at[:, -1]] = items
+        return tokens, token_offsets, token_items
 
     def _logits(self, states: torch.Tensor, level: int) -> torch.Tensor:
         """``(..., D)`` states -> ``(..., K_level)`` logits over the level's codes (tied to the token table)."""
@@ -100,31 +110,33 @@ class SIDGenerator(GenerativeRecommender):
         # item j of a user (j >= 1) is the target of the batch's position j - 1 of that user
         positions = torch.full_like(items, -1)
         positions[at_input + 1] = torch.arange(len(batch.item_ids), device=row.device)
-        tokens, token_offsets = self._sequences(batch, items, full_offsets)
+        tokens, token_offsets, token_items = self._sequences(batch, items, full_offsets)
         # inputs: every token but each sequence's last; labels: every item token (level = position % L)
         keep = torch.ones(len(tokens), dtype=torch.bool, device=tokens.device)
         keep[token_offsets[1:] - 1] = False
-        states = self.backbone(self.embed(tokens[keep]), full_offsets * levels)
+        states = self.backbone(self.embed(tokens[keep], token_items[keep]), full_offsets * levels)
         states = states.view(len(items), levels, -1)
         return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
                               items, positions)
 
-    def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._sequences(batch, batch.item_ids, batch.offsets)
 
-    def _run_rows(self, history: tuple[torch.Tensor, torch.Tensor], users: torch.Tensor, prefix: torch.Tensor
-                  ) -> torch.Tensor:
+    def _run_rows(self, history: tuple[torch.Tensor, torch.Tensor, torch.Tensor], users: torch.Tensor,
+                  prefix: torch.Tensor) -> torch.Tensor:
         """Uncached: the backbone over ``history`` tokens of ``users (R,)`` followed by ``prefix (R, t)`` tokens ->
         ``(R, t + 1, D)`` states at the last ``t + 1`` positions."""
-        tokens, offsets = history
+        tokens, offsets, token_items = history
         lengths = (offsets[1:] - offsets[:-1])[users] + prefix.shape[1]
         row_offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
         row, col = jagged_index(row_offsets)
-        values = tokens[(offsets[:-1][users][row] + col).clamp(max=len(tokens) - 1)]
+        at = (offsets[:-1][users][row] + col).clamp(max=len(tokens) - 1)
+        values, items = tokens[at], token_items[at]
         if prefix.shape[1]:
             in_prefix = col - (lengths[row] - prefix.shape[1])  # position within the prefix, < 0 in the history
             values = torch.where(in_prefix >= 0, prefix[row, in_prefix.clamp(min=0)], values)
-        states = self.backbone(self.embed(values), row_offsets)
+            items = torch.where(in_prefix >= 0, 0, items)
+        states = self.backbone(self.embed(values, items), row_offsets)
         last = row_offsets[1:, None] - prefix.shape[1] - 1 + torch.arange(prefix.shape[1] + 1, device=users.device)
         return states[last]
 
@@ -159,16 +171,17 @@ class SIDGenerator(GenerativeRecommender):
 class _CachedDecoder:
     """Prefill the left-padded histories once, then one token per beam per step through the backbone's cache."""
 
-    def __init__(self, model: SIDGenerator, tokens: torch.Tensor, offsets: torch.Tensor):
+    def __init__(self, model: SIDGenerator, tokens: torch.Tensor, offsets: torch.Tensor, token_items: torch.Tensor):
         self.model = model
         lengths = offsets[1:] - offsets[:-1]
         longest = int(lengths.max())
         row, col = jagged_index(offsets)
         padded = torch.zeros(len(lengths), longest, dtype=torch.int64, device=tokens.device)
+        padded_items = torch.zeros_like(padded)
         valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
         at = (row, col + longest - lengths[row])  # left padding: every row ends at the last column
-        padded[at], valid[at] = tokens, True
-        self.first_states, self.cache = model.backbone.prefill(model.embed(padded), valid)
+        padded[at], padded_items[at], valid[at] = tokens, token_items, True
+        self.first_states, self.cache = model.backbone.prefill(model.embed(padded, padded_items), valid)
 
     def start(self) -> torch.Tensor:
         return self.model._level_log_probs(self.first_states, 0)
@@ -184,7 +197,7 @@ class _CachedDecoder:
 class _FullDecoder:
     """No cache: the backbone over every beam's whole history and prefix at every step."""
 
-    def __init__(self, model: SIDGenerator, history: tuple[torch.Tensor, torch.Tensor]):
+    def __init__(self, model: SIDGenerator, history: tuple[torch.Tensor, torch.Tensor, torch.Tensor]):
         self.model, self.history = model, history
         batch = len(history[1]) - 1
         self.users = torch.arange(batch, device=history[0].device)

@@ -43,7 +43,12 @@ def hstu(**kw):
                                     dropout=0.0, time_bias=False), **kw)
 
 
-MODELS = {"tiger": tiger, "sid_gpt": gpt, "hf_llama": llama, "hf_gpt2": gpt2, "hstu": hstu}
+def gpt_items(**kw):
+    return gpt(item_inputs=True, **kw)
+
+
+MODELS = {"tiger": tiger, "sid_gpt": gpt, "sid_gpt_items": gpt_items, "hf_llama": llama, "hf_gpt2": gpt2,
+          "hstu": hstu}
 
 
 def _build(name, **kw):
@@ -112,7 +117,7 @@ def test_tiger_loss_is_the_mean_negative_log_probability_per_code():
         assert model.loss(batch) == pytest.approx(float(-logp.sum() / (4 * 3)), abs=1e-5)
 
 
-@pytest.mark.parametrize("name", ["sid_gpt", "hf_llama"])
+@pytest.mark.parametrize("name", ["sid_gpt", "sid_gpt_items", "hf_llama"])
 def test_generator_loss_is_teacher_forced_next_token_prediction(name):
     model = _build(name)
     a, b, c = 5, 17, 30
@@ -145,6 +150,22 @@ def test_a_tiny_model_learns_a_deterministic_successor(name):
     top = model.generate(eval_batch(histories), beam=5, top_k=1, exclude_history=False).items[:, 0]
     expected = torch.tensor([(i + 1) % 40 + 1 for i in range(1, 41)])
     assert float((top == expected).float().mean()) > 0.9
+
+
+def test_item_inputs_reach_the_history_and_never_the_generated_item():
+    """With ``item_inputs`` a history item's own row changes what is generated after it; the row of the item being
+    scored changes nothing of its own score (its codes are generated from tokens that precede its row's token)."""
+    model = _build("sid_gpt_items")
+    batch = eval_batch([[3, 9]])
+    candidates = torch.tensor([[9, 25]])
+    rows = model.item_inputs.tables.weight(model.item_inputs.table_name)
+    change = torch.randn(rows.shape[1], generator=torch.Generator().manual_seed(0))  # not uniform: norms remove that
+    with torch.no_grad():
+        before = model.item_log_probs(batch, candidates)
+        rows[25].add_(change)  # a scored item's row
+        assert torch.allclose(model.item_log_probs(batch, candidates), before, atol=1e-6)
+        rows[9].add_(change)  # a history item's row
+        assert not torch.allclose(model.item_log_probs(batch, candidates), before, atol=1e-3)
 
 
 def test_a_checkpoint_of_another_sid_table_is_refused():
