@@ -2,7 +2,7 @@
 reached, what you measured about why").
 
 1. **Modelling, per code level.** For every test user, the negative log-likelihood (nats) of the target's code at
-   each level given the target's true prefix, and whether that code is the most likely one:
+   each level given the target's true prefix, and whether that code is the most likely valid one:
    - the generator: its own decoder, teacher-forced along the target's codes (raw softmax per level, as its
      ``test/target_log_prob`` and its beam search score), and the same renormalised over the codes that continue
      the target's prefix to some item, with the probability it puts on them (the rest is on code tuples that are
@@ -50,9 +50,9 @@ def _teacher_levels(teacher_scores: torch.Tensor, sids, codes: torch.Tensor) -> 
 
 def _generator_levels(level_log_probs: list[torch.Tensor], sids, codes: torch.Tensor) -> list[torch.Tensor]:
     """The generator's ``L`` raw per-level log-softmaxes ``(P, K_l)`` along the targets' ``codes (P, L)`` -> ``(P, L)``
-    each: nats of the target's code, whether it is the most likely code, the nats renormalised over the codes that
-    continue the target's prefix to some item (as constrained decoding ranks within a prefix), and the probability
-    the generator puts on those codes."""
+    each: nats of the target's code, whether it is the most likely of the codes that continue the target's prefix
+    to some item (as constrained decoding chooses), the nats renormalised over those codes, and the probability
+    the generator puts on them."""
     from genrec.models.distill import level_targets
 
     valid = [[] for _ in level_log_probs]
@@ -64,9 +64,10 @@ def _generator_levels(level_log_probs: list[torch.Tensor], sids, codes: torch.Te
     nats, top1, valid_nats, valid_mass = [], [], [], []
     for level, logp in enumerate(level_log_probs):
         target = logp.gather(1, codes[:, level:level + 1])[:, 0]
-        on_valid = logp.masked_fill(~torch.cat(valid[level]), float("-inf")).logsumexp(1)
+        allowed = logp.masked_fill(~torch.cat(valid[level]), float("-inf"))
+        on_valid = allowed.logsumexp(1)
         nats.append(-target)
-        top1.append(logp.argmax(1) == codes[:, level])
+        top1.append(allowed.argmax(1) == codes[:, level])
         valid_nats.append(on_valid - target)
         valid_mass.append(on_valid.exp())
     return [torch.stack(column, 1) for column in (nats, top1, valid_nats, valid_mass)]

@@ -751,7 +751,7 @@ def diagnosis_tables(files: list[dict]) -> list[str]:
                 "levels add up to each model's -log p(target item). Test: every test user's target "
                 f"({item['test']['targets']:,}); training: every position with an input of the first "
                 f"{r['train_batches']} training batches ({item['train']['targets']:,} targets). Top-1: the share of "
-                "targets whose code is the most likely one at that level. Valid codes: those that continue the "
+                "targets whose code is the most likely valid one at that level. Valid codes: those that continue the "
                 "target's prefix to some item (constrained decoding masks the others; the generator's raw softmax "
                 "spends the rest of its mass on them). Items under the prefix: how many items share the test "
                 "target's codes before that level (mean over targets).", "",
