@@ -7,7 +7,9 @@ user, as for SASRec); each position predicts a token of a known level, so its so
 only. Token embeddings come from a TorchRec table (:class:`genrec.embedding.ItemEmbedding` over the token
 vocabulary, the same module the ID-based models use) and the output layer is tied to it, unless the backbone owns
 a vocabulary (:class:`~genrec.models.backbones.HFVocabLM`, LC-Rec style): then the SID tokens are added to the
-language model's own vocabulary and its input embeddings and LM head are used.
+language model's own vocabulary and its input embeddings and LM head are used. With ``item_inputs`` every history
+item also has its own embedding row, added at its last code token: the codes are shared by many items, the row
+lets the stack tell apart items that share them (an item's own codes are generated from earlier tokens only).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.

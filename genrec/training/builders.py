@@ -54,8 +54,8 @@ def load_sid_table(cfg: DictConfig, item_raw_ids: np.ndarray) -> SIDTable:
 
 def _task_settings(cfg: DictConfig) -> dict:
     return {"lr": cfg.optim.lr, "weight_decay": cfg.optim.weight_decay, "betas": tuple(cfg.optim.betas),
-            "warmup_steps": cfg.optim.get("warmup_steps", 0), "schedule": cfg.optim.get("schedule", "constant"), "ks": tuple(cfg.eval.ks),
-            "exclude_history": cfg.eval.exclude_history}
+            "warmup_steps": cfg.optim.get("warmup_steps", 0), "schedule": cfg.optim.get("schedule", "constant"),
+            "ks": tuple(cfg.eval.ks), "exclude_history": cfg.eval.exclude_history}
 
 
 def _feature_embedding(cfg: DictConfig, features: EncodedFeatures | None) -> FeatureEmbedding | None:
