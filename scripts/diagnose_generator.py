@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
 
+    from torch.utils.data import DataLoader
+
+    from genrec.data.batch import EvalSequences, collate
     from genrec.training.builders import load_run
     from genrec.training.distill import FrozenTeacher
     from genrec.utils.provenance import provenance, write_json
@@ -173,16 +176,12 @@ def main(argv: list[str] | None = None) -> None:
                  for split, columns in (("test", test), ("train", train))}
     levels_seconds = time.time() - started
 
-    from torch.utils.data import DataLoader
-
-    from genrec.data.batch import EvalSequences, collate
-
-    test = EvalSequences(datamodule.data, gen_cfg.data.max_len, "test")
+    test_set = EvalSequences(datamodule.data, gen_cfg.data.max_len, "test")
     rng = np.random.default_rng(args.seed)
-    chosen = rng.choice(len(test), size=min(args.sample, len(test)), replace=False)
-    chosen = chosen[np.argsort(test.lengths[chosen], kind="stable")].tolist()  # similar lengths share a batch
+    chosen = rng.choice(len(test_set), size=min(args.sample, len(test_set)), replace=False)
+    chosen = chosen[np.argsort(test_set.lengths[chosen], kind="stable")].tolist()  # similar lengths share a batch
     # 8 users per batch: a wide beam holds beam x history tokens per user in its cache
-    sample = list(DataLoader(test, batch_sampler=[chosen[i:i + 8] for i in range(0, len(chosen), 8)],
+    sample = list(DataLoader(test_set, batch_sampler=[chosen[i:i + 8] for i in range(0, len(chosen), 8)],
                              collate_fn=collate))
     ks, exclude = tuple(gen_cfg.eval.ks), gen_cfg.eval.exclude_history
     started = time.time()
