@@ -782,13 +782,13 @@ def diagnosis_tables(files: list[dict]) -> list[str]:
                 f"and a wider beam, on {decoding['sample_users']:,} test users drawn "
                 f"with seed {decoding['seed']} (history removed, constrained by the prefix trie):", "",
                 "| beam | recall@5 | ndcg@5 | recall@10 | ndcg@10 |", "|---|---|---|---|---|"]
-        out += [f"| {row['beam']}{', renormalised' if row.get('renormalize') else ''} | " + " | ".join(f"{row[c]:.4f}" for c in ("recall@5", "ndcg@5", "recall@10",
-                                                                          "ndcg@10")) + " |"
-                for row in decoding["rows"]]
+        for row in decoding["rows"]:
+            name = f"{row['beam']}{', renormalised' if row.get('renormalize') else ''}"
+            out.append(f"| {name} | " + " | ".join(f"{row[c]:.4f}" for c in ("recall@5", "ndcg@5", "recall@10",
+                                                                             "ndcg@10")) + " |")
         out += ["", f"Commit `{r['commit'][:12]}`; {r['seconds']['levels']:.0f} s for the levels, "
                 f"{r['seconds']['decoding']:.0f} s for the decoding, {r['threads']} thread(s).", ""]
-        out += DIAGNOSIS_NOTES
-    return out
+    return out + (DIAGNOSIS_NOTES if out else [])
 
 
 def bench_compile_tables(files: list[dict]) -> list[str]:
