@@ -4,7 +4,9 @@ Without a GPU, the kernel tests (tests/kernels) run Triton on CPU tensors throug
 ``TRITON_INTERPRET=1`` before triton is first imported (lightning imports it): hence first thing here. It changes
 nothing else: the attention switch's ``auto`` chooses Triton on CUDA tensors only.
 """
+import importlib.util
 import os
+from pathlib import Path
 
 import torch
 
@@ -21,6 +23,14 @@ from genrec.conf import CONF_DIR  # noqa: E402
 TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
             "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
             "model.dim=16", "data.max_len=20", "data.batch_size=64"]
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

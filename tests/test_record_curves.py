@@ -2,21 +2,17 @@
 point is the validation genrec-train repeats on the best checkpoint after training."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("record_curves", REPO / "scripts" / "record_curves.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("record_curves")
 
 
 def test_a_runs_curve_ends_at_its_recorded_validation(tiny_run, tmp_path):

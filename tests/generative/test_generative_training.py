@@ -1,9 +1,7 @@
 """genrec-train with model=tiger and model=sid_gpt on a tiny synthetic dataset: the run folder of the ID-based
 models plus the SID table and decoding settings, 0 invalid IDs, baselines; genrec-eval reproduces the test
 metrics from the checkpoint; errors name the key."""
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +16,9 @@ from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.training.builders import load_run
 from genrec.conf import CONF_DIR
+from tests.conftest import load_script
 from tests.generative.helpers import one_thread
 
-REPO = Path(__file__).resolve().parents[2]
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
 TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
@@ -109,9 +107,7 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
     metric), the teacher's to its softmax over every item, and the beam row over every test user is the run's test
     metrics."""
     name, run_dir, metrics = trained
-    spec = importlib.util.spec_from_file_location("diagnose_generator", REPO / "scripts" / "diagnose_generator.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("diagnose_generator")
     out = tmp_path / "diagnosis.json"
     script.main(["--generator", str(run_dir), "--teacher", str(tiny_run[0]), "--out", str(out), "--sample", "1000",
                  "--train-batches", "2", "--wide-beam", "40"])
@@ -138,4 +134,5 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
     assert script._items_under_prefix(codes)[1:].tolist() == [[4, 3, 2], [4, 3, 2], [4, 3, 1], [4, 1, 1]]
     own_beam = found["decoding"]["rows"][0]
     assert found["decoding"]["sample_users"] == found["item_nats"]["test"]["targets"] == metrics["dataset"]["users"]
-    assert own_beam["beam"] == 20 and own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)  # logged as float32
+    # the run's metrics were logged as float32
+    assert own_beam["beam"] == 20 and own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)
