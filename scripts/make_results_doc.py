@@ -552,7 +552,7 @@ POST_NOTES = {"synthetic": [
     "as in its control) reaches 0.0307, +0.9% over its control: within the noise of one seed, and below the "
     "synthetic log's +3.1%; its test log p(target) falls (-11.1 against -10.7), the teacher's flatter distribution. "
     "It took 11 min for its three epochs against the control's 14 min, under the same load (the synthetic table's "
-    "distillation time came from a machine running up to 13 jobs). S-DPO alone (β 0.1, 8 popularity negatives, no "
+    "17x was measured on a machine running up to 13 jobs and was not re-measured). S-DPO alone (β 0.1, 8 popularity negatives, no "
     "next-token term) collapses as on the synthetic log but harder: 0.0194 (-37% against its matched control), "
     "its best epoch the first; the chosen item's log-ratio is -11.3 nats (DPO's known failure: the chosen item "
     "becomes far less likely, the rejected ones even more so) and the test target's log-probability falls to "
