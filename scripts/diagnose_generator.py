@@ -48,23 +48,20 @@ def _teacher_levels(teacher_scores: torch.Tensor, sids, codes: torch.Tensor) -> 
     return torch.cat(nats), torch.cat(top1)
 
 
-def _generator_levels(level_log_probs: list[torch.Tensor], sids, codes: torch.Tensor) -> list[torch.Tensor]:
+def _generator_levels(level_log_probs: list[torch.Tensor], trie, codes: torch.Tensor) -> list[torch.Tensor]:
     """The generator's ``L`` raw per-level log-softmaxes ``(P, K_l)`` along the targets' ``codes (P, L)`` -> ``(P, L)``
     each: nats of the target's code, whether it is the most likely of the codes that continue the target's prefix
-    to some item (as constrained decoding chooses), the nats renormalised over those codes, and the probability
-    the generator puts on them."""
-    from genrec.models.distill import level_targets
-
-    valid = [[] for _ in level_log_probs]
-    for rows in torch.split(torch.arange(len(codes)), 128):  # (rows, num_items, L) codes at a time
-        items = torch.arange(1, sids.num_items + 1).expand(len(rows), -1)
-        counts = level_targets(sids.codes, items, torch.ones(items.shape), codes[rows], sids.codebook_sizes)
-        for level, count in enumerate(counts):
-            valid[level].append(count > 0)
+    to some item (``trie``, the model's prefix trie, as constrained decoding chooses), the nats renormalised over
+    those codes, and the probability the generator puts on them."""
+    nodes = torch.zeros(len(codes), dtype=torch.int64)
+    valid = []
+    for level in range(len(level_log_probs)):
+        valid.append(trie.allowed(level, nodes))
+        nodes = trie.advance(level, nodes, codes[:, level])
     nats, top1, valid_nats, valid_mass = [], [], [], []
     for level, logp in enumerate(level_log_probs):
         target = logp.gather(1, codes[:, level:level + 1])[:, 0]
-        allowed = logp.masked_fill(~torch.cat(valid[level]), float("-inf"))
+        allowed = logp.masked_fill(~valid[level], float("-inf"))
         on_valid = allowed.logsumexp(1)
         nats.append(-target)
         top1.append(allowed.argmax(1) == codes[:, level])
@@ -82,7 +79,7 @@ def _test_levels(generator, teacher, batch) -> list[torch.Tensor]:
     level_log_probs = [decoder.start()]
     for level in range(sids.num_levels - 1):
         level_log_probs.append(decoder.step(codes[:, level], level))
-    return [*_generator_levels(level_log_probs, sids, codes),
+    return [*_generator_levels(level_log_probs, generator.trie, codes),
             *_teacher_levels(teacher.scores(batch, batch.last_positions()), sids, codes)]
 
 
@@ -91,7 +88,7 @@ def _train_levels(generator, teacher, batch) -> list[torch.Tensor]:
     targets = generator.target_log_probs(batch)
     taught = targets.positions >= 0
     codes = generator.sids.codes[targets.items[taught]]
-    return [*_generator_levels([level[taught] for level in targets.levels], generator.sids, codes),
+    return [*_generator_levels([level[taught] for level in targets.levels], generator.trie, codes),
             *_teacher_levels(teacher.scores(batch, targets.positions[taught]), generator.sids, codes)]
 
 

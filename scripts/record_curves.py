@@ -25,7 +25,8 @@ def curve(run_dir: Path) -> dict:
 
     summary = json.loads((run_dir / "metrics.json").read_text())
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    rows = [r for r in csv.DictReader(open(run_dir / "logs" / "metrics.csv")) if r.get("val/ndcg@10")]
+    log = (run_dir / "logs" / "metrics.csv").read_text().splitlines()
+    rows = [r for r in csv.DictReader(log) if r.get("val/ndcg@10")]
     points = [{"epoch": int(r["epoch"]), "step": int(r["step"]), **{m: float(r[f"val/{m}"]) for m in METRICS}}
               for r in rows if int(r["epoch"]) < summary["epochs_run"]]
     if [p["epoch"] for p in points] != list(range(summary["epochs_run"])):

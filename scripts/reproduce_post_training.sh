@@ -56,7 +56,9 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
     encoder.run_dir="$RUNS/teacher" hydra.run.dir="$RUNS/sid"
 fi
 SFT_TAG=${SFT_TAG-}
-[ -z "${SFT_OVERRIDES:-}" ] || [ -n "$SFT_TAG" ] || { echo "SFT_OVERRIDES needs an SFT_TAG to name its runs" >&2; exit 2; }
+if [ -n "${SFT_OVERRIDES:-}" ] && [ -z "$SFT_TAG" ]; then
+  echo "SFT_OVERRIDES needs an SFT_TAG to name its runs" >&2; exit 2
+fi
 for seed in ${SEEDS:-0 1 2}; do
   SEEDED=("${COMMON[@]}" seed="$seed")
   if [ ! -f "$RUNS/sft$SFT_TAG-$seed/metrics.json" ]; then  # an SFT run done earlier is reused (e.g. for other ARMS)
