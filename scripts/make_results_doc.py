@@ -447,6 +447,12 @@ SID_SOURCE_NOTES = [
     "below SASRec and the transition baselines.", ""]
 
 
+def _sid_source_label(tokenize: dict) -> str:
+    """A SID table's item embedding, and its code layout where it is not the default RQ-VAE + collision level."""
+    layout = f"{tokenize['tokenizer']['name']}, {tokenize['collisions']}"
+    return tokenize["encoder"]["name"] + ("" if layout == "rqvae, extra_level" else f" ({layout})")
+
+
 def sid_source_tables(files: list[dict]) -> list[str]:
     """The generator at one budget over SID tables made from different item embeddings (text, collaborative,
     fused; scripts/reproduce_beauty_sid_sources.sh), per dataset, beside the baselines and SASRec of the protocol."""
@@ -458,15 +464,17 @@ def sid_source_tables(files: list[dict]) -> list[str]:
     for dataset, runs in sorted(by_dataset.items()):
         by_source = defaultdict(list)
         for r in sorted(runs, key=lambda r: r["seed"]):
-            by_source[r["sid_table"]["tokenizer"]["encoder"]["name"]].append(r)
+            by_source[_sid_source_label(r["sid_table"]["tokenizer"])].append(r)
         first = runs[0]
         epochs = sorted({r["config"]["trainer"]["max_epochs"] for r in runs})
         out += [f"## Semantic-ID source for generative retrieval: {dataset}", "",
                 f"`scripts/reproduce_beauty_sid_sources.sh`: the {first['model']} generator (its preset) trained with "
                 f"the same budget (at most {', '.join(map(str, epochs))} epochs; best validation checkpoint) on "
-                "semantic-ID tables that differ only in the item embedding RQ-VAE quantises (3 x 256 codes + a "
+                "semantic-ID tables that differ in the item embedding RQ-VAE quantises (3 x 256 codes + a "
                 "collision level, seed 0): item text (MiniLM), the item table of a SASRec trained on the same "
-                "split (collaborative), or both side by side (fused). Beam 20 constrained by the prefix trie. "
+                "split (collaborative), or both side by side (fused); a layout in brackets replaces RQ-VAE (its "
+                "quantiser, collision handling and the codebook sizes in the row). Beam 20 constrained by the "
+                "prefix trie. "
                 "Leave-one-out, full-corpus ranking, history removed; test split. The budget is far below "
                 "convergence (the decoder-only row of the table above trained longer): compare the rows with each "
                 "other, not with that row.", "",
