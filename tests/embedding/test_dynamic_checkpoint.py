@@ -86,7 +86,7 @@ def test_reload_at_other_world_sizes_repartitions_rows_by_id_hash(tmp_path):
 
 
 CHILD = textwrap.dedent("""
-    import hashlib, sys
+    import hashlib, sys, time
     import numpy as np, torch
     sys.path.insert(0, {repo!r})
     from genrec.embedding.dynamic.checkpoint import save_checkpoint
@@ -100,6 +100,8 @@ CHILD = textwrap.dedent("""
             print("begin", fingerprint(table), flush=True)
             save_checkpoint({{"item": table}}, {ckpt!r})
             print("end", flush=True)
+        if k == 79:  # the fourth checkpoint is written: wait for the kill (a fifth would race with it)
+            time.sleep(600)
 """)
 
 
