@@ -565,8 +565,8 @@ POST_NOTES = {"synthetic": [
     "random base the adapters have no pretrained knowledge to steer, so this measures what LoRA's capacity costs, "
     "not what it costs on a pretrained LLM (no weights can be downloaded here).", ""],
     "beauty": [
-    "Reading (SFT and its matched control, continued SFT without dropout, at three seeds; the other stages at seed "
-    "0). Seed 0's teacher and SID table are the SID-source table's (hash f08ea13651cddc01; its SFT run reproduces "
+    "Reading (SFT, its matched control, continued SFT without dropout, and S-DPO at three seeds; the other stages "
+    "at seed 0). Seed 0's teacher and SID table are the SID-source table's (hash f08ea13651cddc01; its SFT run reproduces "
     "that table's collaborative row bit for bit). Seeds 1 and 2 ran in a later session on a fresh machine: the "
     "teacher, re-trained there with the same preset and seed, reached the same test NDCG@10 to every digit (its MRR "
     "differs by 7e-9), but RQ-VAE's 100 epochs turned that difference into another table (hash 1368ffed5aa1be33, 16 "
@@ -577,16 +577,17 @@ POST_NOTES = {"synthetic": [
     "synthetic log's +3.1%; its test log p(target) falls (-11.1 against -10.7), the teacher's flatter distribution. "
     "It took 11 min for its three epochs against the control's 14 min, under the same load (the synthetic table's "
     "17x was measured on a machine running up to 13 jobs and was not re-measured). S-DPO alone (β 0.1, 8 popularity negatives, no "
-    "next-token term) collapses as on the synthetic log but harder: 0.0194 (-37% against its matched control), "
-    "its best epoch the first; the chosen item's log-ratio is -11.3 nats (DPO's known failure: the chosen item "
-    "becomes far less likely, the rejected ones even more so) and the test target's log-probability falls to "
-    "-27.3. The best arm of the synthetic study, S-DPO plus the control's own loss (`align.sft_target=sequence`), "
+    "next-token term; three seeds) collapses as on the synthetic log but harder: 0.0203 ± 0.0008, -28% to -37% "
+    "against its matched control at every seed (mean -31.5%), its best epoch the first at every seed; the chosen "
+    "item's log-ratio is -5.9 to -11.3 nats (DPO's known failure: the chosen item becomes far less likely, the "
+    "rejected ones even more so) and the test target's log-probability falls to -19 to -27 (the control: -10.5). "
+    "The best arm of the synthetic study, S-DPO plus the control's own loss (`align.sft_target=sequence`), "
     "does not beat its matched control either: 0.0301, -2.2%. On the training examples it does what it is built "
     "to do (chosen log-ratio +0.85 nats, rejected -9.6, reward accuracy 0.73), but the held-out test target becomes "
     "less likely (test log p(target) -13.1 against the control's -10.5): pushing popular items down also pushes "
     "down the items users take next. Every generative row stays far below SASRec (0.0555) and the best baseline "
     "(transitions_last3_skip, 0.0500); the next sections measure why. Not run on Beauty (time): DPO with one "
-    "negative and beam negatives, more seeds.", ""]}
+    "negative and beam negatives, the other stages at seeds 1 and 2.", ""]}
 #: the margin issue 16 asks of S-DPO over continued SFT in NDCG@10
 GOAL_SDPO = 0.05
 
