@@ -69,13 +69,11 @@ def _parse() -> argparse.Namespace:
 
 def _setup(model: str, args: argparse.Namespace):
     """-> (config, task in eval mode, test batches of the sampled users)."""
-    from hydra import compose, initialize_config_dir
 
-    from genrec.conf import CONF_DIR
+    from genrec.conf import compose_config
     from genrec.training.builders import build_datamodule, build_task
 
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={EXPERIMENTS[model]}", f"sid_table={args.sid_table}"])
+    cfg = compose_config("train", overrides=[f"experiment={EXPERIMENTS[model]}", f"sid_table={args.sid_table}"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     data = datamodule.data

@@ -45,15 +45,6 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _compose(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def random_sid_table(item_raw_ids: np.ndarray, dataset: str, folder: Path) -> Path:
     """A SID table giving every item a distinct random tuple of :data:`SID_LEVELS` codes, saved in ``folder``."""
     from genrec.tokenize.sid_table import PAD_CODE, SIDTable
@@ -70,14 +61,15 @@ def time_steps(experiment: str, steps: int, rounds: int, tmp: Path) -> dict:
     """Eager vs compiled training steps of one preset -> s/step per mode, the compile call's seconds, shapes."""
     import torch
 
+    from genrec.conf import compose_config
     from genrec.data.datamodule import load_dataset
     from genrec.training.builders import build_datamodule, build_task, compile_stacks
 
-    cfg = _compose(f"experiment={experiment}")
+    cfg = compose_config("train", [f"experiment={experiment}"])
     if cfg.model.get("kind") == "generative":
         data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
-        cfg = _compose(f"experiment={experiment}",
-                       f"sid_table={random_sid_table(data.item_raw_ids, data.name, tmp / experiment)}")
+        cfg = compose_config("train", [f"experiment={experiment}",
+                                       f"sid_table={random_sid_table(data.item_raw_ids, data.name, tmp / experiment)}"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     loader = iter(datamodule.train_dataloader())

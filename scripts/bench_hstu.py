@@ -89,13 +89,10 @@ def _cuda() -> bool:
 
 
 def _compose(args: argparse.Namespace, max_len: int):
-    from hydra import compose, initialize_config_dir
+    from genrec.conf import compose_config
 
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=[f"data={args.data}", f"model={args.model}", f"loss@model.loss={args.loss}",
-                                           f"data.max_len={max_len}", f"data.batch_size={args.batch_size}"])
+    return compose_config("train", [f"data={args.data}", f"model={args.model}", f"loss@model.loss={args.loss}",
+                                     f"data.max_len={max_len}", f"data.batch_size={args.batch_size}"])
 
 
 def _rss_bytes() -> int:
@@ -202,9 +199,8 @@ def run_genrec_peer_case(args: argparse.Namespace, preset: str) -> dict:
         os.environ.setdefault(var, str(args.peer_threads))
     import numpy as np
     import torch
-    from hydra import compose, initialize_config_dir
 
-    from genrec.conf import CONF_DIR
+    from genrec.conf import compose_config
     from genrec.training.builders import build_task
 
     torch.set_num_threads(args.peer_threads)
@@ -214,8 +210,7 @@ def run_genrec_peer_case(args: argparse.Namespace, preset: str) -> dict:
     rows = [{k: torch.from_numpy(v) for k, v in harness.make_batch(
         args.peer_seed, i, settings["local_batch_size"], 3706, settings["max_sequence_length"]).items()}
         for i in range(n)]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={PEER_PRESETS[preset]}"])
+    cfg = compose_config("train", overrides=[f"experiment={PEER_PRESETS[preset]}"])
     torch.manual_seed(args.peer_seed)
     task = build_task(cfg, 3706)
     optimizer = task.configure_optimizers()

@@ -62,22 +62,14 @@ def cpu_flags() -> dict[str, bool]:
     return {flag: flag in flags for flag in CPU_FLAGS}
 
 
-def _compose(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
-
-
 def time_steps(experiment: str, steps: int, rounds: int) -> dict[str, float]:
     """Median seconds per training step at each precision, alternating -> ``{precision: s/step}``."""
     import torch
 
+    from genrec.conf import compose_config
     from genrec.training.builders import build_datamodule, build_task
 
-    cfg = _compose(f"experiment={experiment}")
+    cfg = compose_config("train", [f"experiment={experiment}"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     loader = iter(datamodule.train_dataloader())
@@ -112,13 +104,14 @@ def time_steps(experiment: str, steps: int, rounds: int) -> dict[str, float]:
 def train_and_test(experiment: str, precision: str, epochs: int, threads: int, folder: Path) -> dict:
     """One ``genrec.train`` run -> test metrics of the model and the baselines, epochs run, wall seconds."""
     from genrec import train as train_entry
+    from genrec.conf import compose_config
 
     overrides = [f"experiment={experiment}", f"trainer.precision={precision}", "trainer.accelerator=cpu", "seed=0",
                  "trainer.enable_progress_bar=false", f"threads={threads}", f"baselines={list(BASELINES)}"]
     if epochs:
         overrides.append(f"trainer.max_epochs={epochs}")
     start = time.perf_counter()
-    result = train_entry.run(_compose(*overrides), folder / f"{experiment}-{precision}")
+    result = train_entry.run(compose_config("train", overrides), folder / f"{experiment}-{precision}")
     return {"test": result["metrics"]["test"], "epochs_run": result["epochs_run"],
             "best_epoch": result.get("best_epoch"), "wall_s": time.perf_counter() - start,
             "baselines": {name: result["baselines"][name]["test"] for name in BASELINES}}

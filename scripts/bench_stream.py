@@ -49,9 +49,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 from genrec.data.synthetic import generate_synthetic  # noqa: E402
 from genrec.embedding.dynamic.store import directory_bytes  # noqa: E402
 from genrec.stream import cli  # noqa: E402
@@ -72,8 +71,7 @@ def log(message: str) -> None:
 
 
 def stream_config(overrides: list[str]):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("stream", overrides=overrides)
+    return compose_config("stream", overrides=overrides)
 
 
 class Redis:

@@ -38,10 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 from genrec.training.builders import build_datamodule, build_task  # noqa: E402
 from genrec.training.telemetry import Telemetry, _FetchClock  # noqa: E402
 from genrec.training.trainer import build_trainer  # noqa: E402
@@ -131,8 +130,7 @@ def _config(model: str, args: argparse.Namespace, telemetry: bool, cache: str):
         "+trainer.limit_val_batches=0", "+trainer.num_sanity_val_steps=0", "callbacks=none",
         "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false", f"threads={args.threads}",
         f"seed={args.seed}", f"data.cache_dir={cache}"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides), overrides
+    return compose_config("train", overrides=overrides), overrides
 
 
 def _train(cfg, datamodule, folder: Path, args: argparse.Namespace, self_timed: bool = False) -> dict[str, Any]:

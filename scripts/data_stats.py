@@ -18,10 +18,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's genrec
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 from genrec.data.datamodule import load_dataset, read_log  # noqa: E402
 from genrec.data.stats import dataset_stats  # noqa: E402
 from genrec.errors import DataError  # noqa: E402
@@ -45,8 +44,7 @@ def main() -> None:
     names = [n for n in args.names if "=" not in n] or DATASETS
     datasets, skipped = {}, {}
     for name in names:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            data_cfg = compose("train", overrides=[f"data={name}", *overrides]).data
+        data_cfg = compose_config("train", overrides=[f"data={name}", *overrides]).data
         start = time.perf_counter()
         try:
             data = load_dataset(data_cfg.reader, data_cfg.preprocess, data_cfg.cache_dir)

@@ -251,15 +251,6 @@ def _loader(examples: list, batch_size: int, seed: int | None = None):
     return DataLoader(examples, batch_sampler=sampler, collate_fn=collate, generator=sampler.generator)
 
 
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
-
-
 def _build(variant: str, cfg_common: list[str], num_items: int, seed: int):
     """The RetrievalTask of a variant: the dynamic table from the embedding group, or the static table with
     TorchRec's RowWiseAdagrad applied in the backward pass (FBGEMM's formula; left out of AdamW)."""
@@ -267,13 +258,14 @@ def _build(variant: str, cfg_common: list[str], num_items: int, seed: int):
     from torchrec.optim import RowWiseAdagrad
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
+    from genrec.conf import compose_config
     from genrec.training.builders import build_task
 
     overrides = list(cfg_common) + [f"seed={seed}"]
     if variant != "static":
         overrides += variant_overrides(variant, seed)
     L.seed_everything(seed, verbose=False)
-    task = build_task(_compose(overrides), num_items)
+    task = build_task(compose_config("train", overrides), num_items)
     if variant == "static":
         emb = task.model.item_embedding
         weight = emb.tables.collection.embeddings[emb.table_name].weight
@@ -348,12 +340,13 @@ def model_scorer(task):
 
 
 def run_new_items(seed: int, sizes: dict) -> dict:
+    from genrec.conf import compose_config
     from genrec.eval.baselines import ItemTransitions, MostPopular
     from genrec.training.builders import build_datamodule
 
     torch.set_num_threads(1)
     cfg_common = COMMON + ["loss@model.loss=full"]
-    data_module = build_datamodule(_compose(cfg_common))
+    data_module = build_datamodule(compose_config("train", cfg_common))
     data_module.setup()
     split = TimeSplit(data_module.data, sizes["q1"], sizes["q2"])
     targets = split.test_targets()
@@ -423,6 +416,7 @@ def main() -> None:
 
     args = parser.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
+    from genrec.conf import compose_config
     from genrec.utils.provenance import provenance, write_json
 
     out_path = Path(args.out)
@@ -433,7 +427,7 @@ def main() -> None:
     if args.part in ("loo", "all"):
         epochs = 2 if args.quick else args.epochs
         runs = [run_loo(v, s, Path(args.runs), epochs) for s in args.seeds for v in VARIANTS]
-        counts = input_occurrences(_compose(COMMON))
+        counts = input_occurrences(compose_config("train", COMMON))
         results["loo"] = {"max_epochs": epochs, "early_stopping_patience": 10, "runs": runs,
                           "items": int(len(counts) - 1), "items_with_input_occurrences": int((counts > 0).sum()),
                           "items_below": {str(k): items_below(counts, k) for k in THRESHOLDS}}

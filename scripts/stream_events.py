@@ -18,11 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.utils import get_method  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 from genrec.stream.files import write_event_files  # noqa: E402
 from genrec.stream.replay import event_frame  # noqa: E402
 
@@ -40,8 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     if bool(args.out) == bool(args.redis):
         parser.error("give one of --out (event files) or --redis (a Redis stream)")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("stream", overrides=[f"data={args.data}", *args.override])
+    cfg = compose_config("stream", overrides=[f"data={args.data}", *args.override])
     reader = OmegaConf.to_container(cfg.data.reader, resolve=True)
     frame = event_frame(get_method(reader.pop("_target_"))(**reader))
     if args.limit:

@@ -36,10 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from genrec.stream.cli import build_learner  # noqa: E402
 from genrec.stream.events import EventSchema  # noqa: E402
@@ -63,8 +62,7 @@ def config(args, seed: int, split_time: int):
                  f"prequential.baselines=[{','.join(args.baselines)}]", *args.override]
     if args.limit:
         overrides.append(f"source.limit={args.limit}")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("stream", overrides=overrides)
+    return compose_config("stream", overrides=overrides)
 
 
 def copy_learner(cfg, learner, folder: Path):

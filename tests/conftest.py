@@ -14,10 +14,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
 
 from genrec import train as train_entry  # noqa: E402
-from genrec.conf import CONF_DIR  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
 
 #: A tiny synthetic run: ~300 users, 120 items, one epoch (about 15 s on 2 cores).
 TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
@@ -37,6 +36,5 @@ def load_script(name: str):
 def tiny_run(tmp_path_factory):
     """A trained run folder (config.yaml, metrics.json, checkpoints/) -> (run_dir, metrics.json contents)."""
     tmp = tmp_path_factory.mktemp("tiny_run")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + [f"data.cache_dir={tmp / 'cache'}"])
+    cfg = compose_config("train", overrides=TINY_RUN + [f"data.cache_dir={tmp / 'cache'}"])
     return tmp / "run", train_entry.run(cfg, tmp / "run")

@@ -1,7 +1,6 @@
 """Every config in conf/ composes and instantiates."""
 import inspect
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import get_method, instantiate
 from omegaconf import OmegaConf
 
@@ -10,7 +9,7 @@ from genrec.errors import DataError
 from genrec.dist import ShardingConfig, TorchRecStrategy, build_plan
 from genrec.models.recommender import SequentialRecommender
 from genrec.tokenize.cli import build
-from genrec.conf import CONF_DIR
+from genrec.conf import CONF_DIR, compose_config
 from genrec.training.builders import build_task
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
 from genrec.training.trainer import build_trainer, trainer_arguments
@@ -27,8 +26,7 @@ def _options(group: str) -> list[str]:
 
 
 def _compose(overrides: list[str], config: str = "train"):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose(config, overrides=overrides)
+    return compose_config(config, overrides=overrides)
 
 
 def test_every_group_has_options():
@@ -203,8 +201,7 @@ def test_sharding_with_another_strategy_is_an_error():
 
 
 def test_eval_config_composes():
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("eval", overrides=["run_dir=/tmp/x"])
+    cfg = compose_config("eval", overrides=["run_dir=/tmp/x"])
     assert cfg.checkpoint == "best"
 
 
@@ -221,8 +218,7 @@ def test_index_configs_build_an_index(name):
 
 
 def test_export_config_composes_with_every_index():
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("export", overrides=["run_dir=/tmp/x"])
+    cfg = compose_config("export", overrides=["run_dir=/tmp/x"])
     assert set(cfg.indexes) == set(_options("index")) and cfg.default_index in cfg.indexes
 @pytest.mark.parametrize("name", _options("tokenizer"))
 def test_tokenizer_configs_instantiate(name):

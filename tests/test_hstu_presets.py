@@ -2,10 +2,9 @@
 in the GroupLens formats, written to a temporary $GENREC_DATA_DIR)."""
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 
 
 def _write_grouplens(folder, fmt: str, users: int = 40, movies: int = 30, per_user: int = 12) -> None:
@@ -28,10 +27,9 @@ def _write_grouplens(folder, fmt: str, users: int = 40, movies: int = 30, per_us
 def test_movielens_presets_train_on_user_supplied_files(experiment, folder, fmt, tmp_path, monkeypatch):
     _write_grouplens(tmp_path / "data" / folder, fmt)
     monkeypatch.setenv("GENREC_DATA_DIR", str(tmp_path / "data"))
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={experiment}", "trainer.max_epochs=1",
-                                          "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
-                                          f"data.cache_dir={tmp_path / 'cache'}"])
+    cfg = compose_config("train", overrides=[f"experiment={experiment}", "trainer.max_epochs=1",
+                                             "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
+                                             f"data.cache_dir={tmp_path / 'cache'}"])
     metrics = train_entry.run(cfg, tmp_path / "run")
     assert metrics["dataset"]["users"] == 40 and metrics["dataset"]["has_timestamps"]
     assert metrics["model"] == cfg.model.name and 0 <= metrics["metrics"]["test"]["ndcg@10"] <= 1

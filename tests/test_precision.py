@@ -3,10 +3,9 @@ run of SASRec and HSTU trains to metrics close to the fp32 run's."""
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.ops.hstu import causal_weight, fused_pointwise_attention, pointwise_attention
 from genrec.training.builders import build_datamodule, build_task
 from tests.conftest import TINY_RUN
@@ -15,8 +14,7 @@ MODELS = ("sasrec", "hstu")
 
 
 def _compose(tmp_path, *overrides):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path / 'cache'}", *overrides])
+    return compose_config("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path / 'cache'}", *overrides])
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.errors import DataError, UserError
 from genrec.report.cli import write_report
 from genrec.report.collect import config_diff, read_run
@@ -49,11 +48,6 @@ def open_in_chromium(page: Path, workdir: Path, screenshot: Path | None = None) 
     return dom
 
 
-def _compose(config: str, overrides: list[str]):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose(config, overrides=overrides)
-
-
 @pytest.fixture(scope="module")
 def runs(tiny_run, tmp_path_factory):
     """Two finished runs: a copy of the session's tiny run, evaluated by genrec-eval (breakdowns), and a second
@@ -61,11 +55,11 @@ def runs(tiny_run, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     first = tmp / "first"
     shutil.copytree(tiny_run[0], first)
-    eval_entry.run(_compose("eval", [f"run_dir={first}"]))
+    eval_entry.run(compose_config("eval", [f"run_dir={first}"]))
     second = tmp / "second"
-    cfg = _compose("train", TINY_RUN + [f"data.cache_dir={tiny_run[1]['config']['data']['cache_dir']}", "seed=1",
-                                        "model.dim=8", "trainer.max_epochs=2", "trainer.log_every_n_steps=1",
-                                        "baselines=[]", "threads=1"])
+    cfg = compose_config("train", TINY_RUN + [f"data.cache_dir={tiny_run[1]['config']['data']['cache_dir']}", "seed=1",
+                                              "model.dim=8", "trainer.max_epochs=2", "trainer.log_every_n_steps=1",
+                                              "baselines=[]", "threads=1"])
     train_entry.run(cfg, second)
     return first, second
 
@@ -155,12 +149,12 @@ def test_report_of_a_run_over_semantic_ids_shows_tokenizer_health(tiny_run, tmp_
     cache = tiny_run[1]["config"]["data"]["cache_dir"]
     data = TINY_RUN[:3] + [f"data.cache_dir={cache}"]
     sid = tmp_path / "sid"
-    health = tokenize(_compose("tokenize", data + ["encoder=categorical", "tokenizer=rkmeans", "threads=1",
-                                                   "tokenizer.num_levels=2", "tokenizer.codebook_size=8"]), sid)
+    health = tokenize(compose_config("tokenize", data + ["encoder=categorical", "tokenizer=rkmeans", "threads=1",
+                                                         "tokenizer.num_levels=2", "tokenizer.codebook_size=8"]), sid)
     run = tmp_path / "sid_gpt"
-    train_entry.run(_compose("train", TINY_RUN + [f"data.cache_dir={cache}", "model=sid_gpt", f"sid_table={sid}",
-                                                  "model.backbone.num_layers=1", "model.backbone.ffn_dim=32",
-                                                  "data.max_len=8", "baselines=[]", "threads=1"]), run)
+    train_entry.run(compose_config("train", TINY_RUN + [f"data.cache_dir={cache}", "model=sid_gpt", f"sid_table={sid}",
+                                                        "model.backbone.num_layers=1", "model.backbone.ffn_dim=32",
+                                                        "data.max_len=8", "baselines=[]", "threads=1"]), run)
     dom = open_in_chromium(write_report([str(run)]), tmp_path)
     assert "Tokenizer health" in dom and "share of each codebook used" in dom
     used = health["health"]["levels"][0]["used"]

@@ -6,9 +6,8 @@ import math
 
 import lightning as L
 import pytest
-from hydra import compose, initialize_config_dir
 
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.task import lr_factor
 from tests.conftest import TINY_RUN
@@ -33,9 +32,8 @@ class _LearningRates(L.Callback):
 
 
 def test_a_run_follows_the_warm_up_and_the_cosine_to_its_last_step(tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path}", "trainer.max_epochs=2",
-                                                      "optim.warmup_steps=2", "optim.schedule=cosine"])
+    cfg = compose_config("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path}", "trainer.max_epochs=2",
+                                                        "optim.warmup_steps=2", "optim.schedule=cosine"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items)

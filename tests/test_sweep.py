@@ -14,13 +14,12 @@ import lightning as L
 import optuna
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.core.plugins import Plugins
 from hydra.utils import instantiate
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from genrec.conf import CONF_DIR
+from genrec.conf import CONF_DIR, compose_config
 from genrec.errors import ConfigError
 from genrec.sweep.pruning import PRUNER_ATTR, OptunaPruning
 from genrec.sweep.sweeper import search_space
@@ -101,9 +100,8 @@ def test_pruning_callback_reports_to_the_sweepers_trial_and_prunes(tmp_path):
 def test_presets_compose_and_instantiate(preset, tmp_path):
     """Each preset selects genrec's sweeper, an experiment and a search space; its sampler, pruner, sweeper and
     pruning callback build."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"hparams_search={preset}", f"hydra.sweep.dir={tmp_path}"],
-                      return_hydra_config=True)
+    cfg = compose_config("train", overrides=[f"hparams_search={preset}", f"hydra.sweep.dir={tmp_path}"],
+                         return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     assert sweeper.study_name == preset and cfg.data.name == "ml100k" and cfg.model.name in preset
     assert isinstance(instantiate(sweeper.sampler), optuna.samplers.TPESampler)

@@ -8,11 +8,10 @@ import time
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
 
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.data.batch import TrainSequences
 from genrec.data.datamodule import load_dataset
 from genrec.training.builders import build_datamodule, build_task
@@ -58,10 +57,9 @@ class Calls(nn.Module):
 
 
 def test_known_delays_land_in_their_part_and_counters_are_logged(tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path / 'cache'}", "callbacks=none",
-                                                     "logger=csv", "telemetry.every_n_steps=2", "baselines=[]",
-                                                     "threads=1"])
+    cfg = compose_config("train", overrides=TINY_RUN + [f"data.cache_dir={tmp_path / 'cache'}", "callbacks=none",
+                                                        "logger=csv", "telemetry.every_n_steps=2", "baselines=[]",
+                                                        "threads=1"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items)
@@ -149,8 +147,7 @@ def test_counter_modules_takes_the_outermost_module_with_counters():
 
 
 def test_telemetry_can_be_switched_off(tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + ["telemetry.enabled=false"])
+    cfg = compose_config("train", overrides=TINY_RUN + ["telemetry.enabled=false"])
     trainer, _ = build_trainer(cfg, tmp_path / "run")
     assert not any(isinstance(c, Telemetry) for c in trainer.callbacks)
 
@@ -173,15 +170,14 @@ def test_batch_counts_of_a_jagged_batch():
 def test_a_dynamic_tables_counters_are_logged_every_n_steps(tmp_path):
     """A real dynamic item table (genrec.embedding.dynamic, tier 2 on RocksDB): its counters are telemetry rows
     every N steps, and the summary holds the table's counters as training left them."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[
-            "data.reader.num_users=300", "data.reader.num_items=600", "data.reader.num_clusters=6",
-            "data.max_len=20", "data.batch_size=8", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-            "+trainer.enable_model_summary=false", "+trainer.limit_val_batches=0", "model.dim=16",
-            "loss@model.loss=sampled", "model.loss.num_negatives=8", "embedding@model.embedding=dynamic",
-            "model.embedding.capacity=300", "model.embedding.pinned_batches=1", "callbacks=none", "logger=csv",
-            "telemetry.every_n_steps=3", "baselines=[]", "threads=1", f"data.cache_dir={tmp_path / 'cache'}",
-            f"model.embedding.store.path={tmp_path / 'store'}"])
+    cfg = compose_config("train", overrides=[
+        "data.reader.num_users=300", "data.reader.num_items=600", "data.reader.num_clusters=6",
+        "data.max_len=20", "data.batch_size=8", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+        "+trainer.enable_model_summary=false", "+trainer.limit_val_batches=0", "model.dim=16",
+        "loss@model.loss=sampled", "model.loss.num_negatives=8", "embedding@model.embedding=dynamic",
+        "model.embedding.capacity=300", "model.embedding.pinned_batches=1", "callbacks=none", "logger=csv",
+        "telemetry.every_n_steps=3", "baselines=[]", "threads=1", f"data.cache_dir={tmp_path / 'cache'}",
+        f"model.embedding.store.path={tmp_path / 'store'}"])
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids)

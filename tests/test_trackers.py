@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.training.loggers import TRACKERS_FILE, absolute_store
 from tests.conftest import TINY_RUN
 
@@ -31,9 +30,8 @@ RUN = TINY_RUN + ["data.batch_size=32", "trainer.log_every_n_steps=2", "baseline
 def test_a_run_is_recorded_in_an_mlflow_store_and_read_back(tmp_path, monkeypatch):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=RUN + [f"data.cache_dir={tmp_path / 'cache'}", "logger=[csv,mlflow]",
-                                                "logger.mlflow.run_name=tiny"])
+    cfg = compose_config("train", overrides=RUN + [f"data.cache_dir={tmp_path / 'cache'}", "logger=[csv,mlflow]",
+                                                   "logger.mlflow.run_name=tiny"])
     run_dir = tmp_path / "run"
     metrics = train_entry.run(cfg, run_dir)
 

@@ -5,11 +5,10 @@ import sys
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 
 TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
         "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
@@ -19,8 +18,7 @@ TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.n
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp / 'cache'}"])
+    cfg = compose_config("train", overrides=TINY + [f"data.cache_dir={tmp / 'cache'}"])
     metrics = train_entry.run(cfg, tmp / "run")
     return tmp / "run", metrics
 
@@ -59,10 +57,9 @@ def test_a_finished_run_extended_by_resume_keeps_its_best_epoch_and_log(tmp_path
     the new epoch); the CSV log is appended to (every epoch's validation once, then the re-validation of the best
     checkpoint)."""
     run_dir, overrides = tmp_path / "run", TINY + [f"data.cache_dir={tmp_path / 'cache'}", "optim.lr=1e-30"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        first = train_entry.run(compose("train", overrides=overrides + ["trainer.max_epochs=1"]), run_dir)
-        resumed = train_entry.run(compose("train", overrides=overrides + [
-            "trainer.max_epochs=2", f"resume_from={run_dir}"]), run_dir)
+    first = train_entry.run(compose_config("train", overrides=overrides + ["trainer.max_epochs=1"]), run_dir)
+    resumed = train_entry.run(compose_config("train", overrides=overrides + [
+        "trainer.max_epochs=2", f"resume_from={run_dir}"]), run_dir)
     scores = _epoch_scores(run_dir)
     assert len(scores) == 2 and first["best_epoch"] == 0
     assert scores[1] == scores[0], "at lr 1e-30 the epoch after the resume should score as the one before it"
@@ -73,8 +70,7 @@ def test_a_finished_run_extended_by_resume_keeps_its_best_epoch_and_log(tmp_path
 
 def test_eval_entry_reproduces_test_metrics(trained):
     run_dir, metrics = trained
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
+    cfg = compose_config("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
     out = eval_entry.run(cfg)
     assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
     assert out["models"]["sasrec"]["metrics"]["valid"] == pytest.approx(metrics["metrics"]["valid"], abs=1e-6)
@@ -94,8 +90,7 @@ def test_cli_reports_bad_data_in_one_line(tmp_path):
 
 def test_same_seed_same_metrics(trained, tmp_path):
     _, metrics = trained
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"])
+    cfg = compose_config("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"])
     again = train_entry.run(cfg, tmp_path / "run")
     assert again["metrics"]["test"] == metrics["metrics"]["test"]
     assert again["baselines"] == metrics["baselines"]
@@ -105,10 +100,9 @@ def test_time_split_run_records_its_protocol_and_eval_reproduces_it(tmp_path):
     """A time-split run: the protocol and the users evaluated are in metrics.json; genrec-eval rebuilds the same split
     from the run's config.yaml and reproduces its metrics."""
     split = ["data.split.kind=time", "data.split.valid_from=0.8", "data.split.test_from=0.9"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        metrics = train_entry.run(compose("train", overrides=TINY + split + [f"data.cache_dir={tmp_path / 'cache'}"]),
-                                  tmp_path / "run")
-        out = eval_entry.run(compose("eval", overrides=[f"run_dir={tmp_path / 'run'}", "baselines=false"]))
+    cfg = compose_config("train", TINY + split + [f"data.cache_dir={tmp_path / 'cache'}"])
+    metrics = train_entry.run(cfg, tmp_path / "run")
+    out = eval_entry.run(compose_config("eval", overrides=[f"run_dir={tmp_path / 'run'}", "baselines=false"]))
     details = metrics["protocol"]["split_details"]
     assert metrics["protocol"]["split"].startswith("global temporal") and details["kind"] == "time"
     assert 0 < details["users_evaluated"]["test"] < metrics["dataset"]["users"]

@@ -115,13 +115,10 @@ def test_two_sharded_processes_train_like_one_on_the_global_batch(tmp_path):
 
 
 def test_fsdp_configs_build_their_strategy():
-    from hydra import compose, initialize_config_dir
+    from genrec.conf import compose_config
 
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        full = compose("train", overrides=["fsdp=full", "trainer.devices=2", "trainer.accelerator=cpu"])
-        none = compose("train", overrides=["fsdp=none"])
+    full = compose_config("train", overrides=["fsdp=full", "trainer.devices=2", "trainer.accelerator=cpu"])
+    none = compose_config("train", overrides=["fsdp=none"])
     strategy = trainer_arguments(full)["strategy"]
     assert isinstance(strategy, FSDPStrategy) and strategy.fsdp.reshard_after_forward
     assert not isinstance(trainer_arguments(none).get("strategy"), FSDPStrategy)

@@ -190,12 +190,9 @@ def test_collate_draws_negatives_from_the_batch_indices_alone():
 
 
 def _train_config(*overrides: str):
-    from hydra import compose, initialize_config_dir
+    from genrec.conf import compose_config
 
-    from genrec.conf import CONF_DIR
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=["sharding=row_wise", "sharding.pipeline=sparse_dist", *overrides])
+    return compose_config("train", overrides=["sharding=row_wise", "sharding.pipeline=sparse_dist", *overrides])
 
 
 def test_the_config_switch_builds_the_pipelined_task_and_refuses_what_it_cannot_pipeline(tmp_path):

@@ -7,12 +7,11 @@ import sys
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
 from genrec.dist.checkpoint import is_distributed_checkpoint
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from tests.test_train_cli import TINY
 
 pytestmark = pytest.mark.dist
@@ -22,8 +21,7 @@ LAUNCH_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WO
 
 
 def _reload_in_one_process(run_dir):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=[]"])
+    cfg = compose_config("eval", overrides=[f"run_dir={run_dir}", "baselines=[]"])
     return eval_entry.run(cfg)["models"]["sasrec"]["metrics"]
 
 
@@ -41,9 +39,8 @@ def _check_run(run_dir, processes: int):
 
 def test_one_process_with_a_sharded_table(tmp_path):
     """``sharding=row_wise`` on one device: DistributedModelParallel at world size 1 (asked for explicitly)."""
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}", "trainer.accelerator=cpu",
-                                                 "sharding=row_wise"])
+    cfg = compose_config("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}", "trainer.accelerator=cpu",
+                                                    "sharding=row_wise"])
     train_entry.run(cfg, tmp_path / "run")
     _check_run(tmp_path / "run", processes=1)
 
@@ -62,10 +59,9 @@ def test_two_processes_through_the_cli(tmp_path):
 
     # resume training in ONE process from the 2-process checkpoint (weights, fused and dense optimizer, loops), in
     # the run's own folder: its log is appended to
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}", "trainer.accelerator=cpu",
-                                                 "sharding=row_wise", "trainer.max_epochs=3",
-                                                 f"resume_from={run_dir}"])
+    cfg = compose_config("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}", "trainer.accelerator=cpu",
+                                                    "sharding=row_wise", "trainer.max_epochs=3",
+                                                    f"resume_from={run_dir}"])
     resumed = train_entry.run(cfg, run_dir)
     assert resumed["epochs_run"] == 3 and resumed["processes"] == 1
     logged = pd.read_csv(run_dir / "logs" / "metrics.csv").dropna(subset=["train/loss_epoch"])

@@ -7,11 +7,10 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
 from genrec.embedding.dynamic import DynamicItemEmbedding
@@ -120,19 +119,14 @@ def test_hstu_trains_on_the_dynamic_table_with_sampled_negatives():
     assert losses[-1] < 0.5 * losses[0]
 
 
-def _compose(overrides):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
-
-
 @pytest.mark.parametrize("name,kind", [("static", ItemEmbedding), ("dynamic", DynamicItemEmbedding)])
 def test_embedding_configs_instantiate(name, kind, tmp_path):
-    cfg = _compose([f"embedding@model.embedding={name}", "model.dim=8"])
+    cfg = compose_config("train", [f"embedding@model.embedding={name}", "model.dim=8"])
     emb = instantiate(cfg.model.embedding, num_items=20)
     assert isinstance(emb, kind) and emb.dim == 8 and emb.num_embeddings == 21
     if name == "dynamic":
-        cfg = _compose(["embedding@model.embedding=dynamic", f"model.embedding.store.path={tmp_path}",
-                        "model.embedding.eviction.policy=lfu", "model.embedding.admission.policy=min_count"])
+        cfg = compose_config("train", ["embedding@model.embedding=dynamic", f"model.embedding.store.path={tmp_path}",
+                                       "model.embedding.eviction.policy=lfu", "model.embedding.admission.policy=min_count"])
         emb = instantiate(cfg.model.embedding, num_items=20)
         assert emb.config.store.path == str(tmp_path) and emb.config.eviction.policy == "lfu"
 
@@ -146,7 +140,7 @@ def test_embedding_configs_instantiate(name, kind, tmp_path):
     ("+model.embedding.eviction.ttl_seconds=5", "embedding.eviction.ttl_seconds"),
 ])
 def test_bad_dynamic_configs_name_the_key_in_one_line(override, key):
-    cfg = _compose(["embedding@model.embedding=dynamic", override])
+    cfg = compose_config("train", ["embedding@model.embedding=dynamic", override])
     with pytest.raises(Exception) as caught:
         instantiate(cfg.model.embedding, num_items=20)
     error = caught.value

@@ -8,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.embedding.dynamic.export import apply_export
 from genrec.export import cli as export_cli
 from genrec.training.builders import load_run
@@ -26,16 +25,11 @@ TINY_DYNAMIC = ["data.reader.num_users=300", "data.reader.num_items=600", "data.
                 "model.embedding.pinned_batches=1", "baselines=[]", "threads=1"]
 
 
-def _compose(name: str, overrides: list[str]):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose(name, overrides=overrides)
-
-
 @pytest.fixture(scope="module")
 def dynamic_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dynamic")
-    cfg = _compose("train", TINY_DYNAMIC + [f"data.cache_dir={tmp / 'cache'}",
-                                            f"model.embedding.store.path={tmp / 'store'}"])
+    cfg = compose_config("train", TINY_DYNAMIC + [f"data.cache_dir={tmp / 'cache'}",
+                                                  f"model.embedding.store.path={tmp / 'store'}"])
     return tmp / "run", train_entry.run(cfg, tmp / "run")
 
 
@@ -52,13 +46,14 @@ def test_snapshots_beside_the_checkpoints_and_counters_in_the_records(dynamic_ru
 
 def test_eval_reproduces_the_best_checkpoints_metrics(dynamic_run):
     run_dir, metrics = dynamic_run
-    out = eval_entry.run(_compose("eval", [f"run_dir={run_dir}", "baselines=[]"]))
+    out = eval_entry.run(compose_config("eval", [f"run_dir={run_dir}", "baselines=[]"]))
     assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
 
 
 def test_export_holds_every_admitted_row_by_raw_id_and_deltas(dynamic_run, tmp_path):
     run_dir, _ = dynamic_run
-    full = export_cli.run(_compose("export", [f"run_dir={run_dir}", f"out_dir={tmp_path / 'full'}", "onnx=false"]))
+    full = export_cli.run(compose_config("export", [f"run_dir={run_dir}", f"out_dir={tmp_path / 'full'}",
+                                                    "onnx=false"]))
     entry = full["artifacts"]["item_table_rows"]
     _, _, task = load_run(run_dir)
     table = task.model.item_embedding.table()
@@ -68,8 +63,9 @@ def test_export_holds_every_admitted_row_by_raw_id_and_deltas(dynamic_run, tmp_p
     torch.testing.assert_close(torch.from_numpy(rows), table[torch.from_numpy(ids)], rtol=0, atol=0)
 
     since = entry["version"] - 10
-    delta = export_cli.run(_compose("export", [f"run_dir={run_dir}", f"out_dir={tmp_path / 'delta'}", "onnx=false",
-                                               f"dynamic_since={since}"]))["artifacts"]["item_table_rows"]
+    delta = export_cli.run(compose_config("export", [f"run_dir={run_dir}", f"out_dir={tmp_path / 'delta'}",
+                                                     "onnx=false", f"dynamic_since={since}"]))
+    delta = delta["artifacts"]["item_table_rows"]
     assert delta["since"] == since and 0 < delta["rows"] < entry["rows"]
     with pytest.raises(ValueError, match="a delta since version"):
         apply_export(ids, rows, tmp_path / "delta" / "item_table_rows", version=since + 1)

@@ -3,19 +3,17 @@ import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from genrec import evaluate as eval_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.errors import UserError
 from genrec.runs import file_digest
 from genrec.training.builders import build_datamodule, build_task
 
 
 def _eval_config(*overrides: str):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("eval", overrides=list(overrides))
+    return compose_config("eval", overrides=list(overrides))
 
 
 def _untrained_run(run_dir, folder, **data_overrides):

@@ -2,10 +2,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec.export import cli
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -19,8 +18,7 @@ def load_script(name: str):
 
 
 def export_config(run_dir: Path, out_dir: Path, *overrides: str):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("export", overrides=[f"run_dir={run_dir}", f"out_dir={out_dir}", *overrides])
+    return compose_config("export", overrides=[f"run_dir={run_dir}", f"out_dir={out_dir}", *overrides])
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,9 @@
 tables report memory and retrieval against float32; an HSTU run exports with its time inputs."""
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.errors import ConfigError
 from genrec.export import cli
 from genrec.export.tower import export_tower
@@ -58,9 +57,8 @@ def test_an_hstu_run_exports_with_time_and_serves_genrec_ranking(tmp_path_factor
     """HSTU with its time bias: the tower takes times, reloaded it matches genrec on every test user, and served by
     scripts/retrieval_example.py (given each history's times and the request's) it gives genrec's own top 10."""
     tmp = tmp_path_factory.mktemp("hstu_run")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + ["model=hstu", "model.encoder.num_layers=1",
-                                                     f"data.cache_dir={tmp / 'cache'}"])
+    cfg = compose_config("train", overrides=TINY_RUN + ["model=hstu", "model.encoder.num_layers=1",
+                                                        f"data.cache_dir={tmp / 'cache'}"])
     train_entry.run(cfg, tmp / "run")
     manifest = cli.run(export_config(tmp / "run", tmp / "export", "quantize=[int8]", "~indexes.ivfpq",
                                   "onnx=false"))  # (ONNX with time: tests/export/test_tower.py)

@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from genrec import evaluate as eval_entry
 from genrec.export import cli as export_cli
@@ -15,7 +14,7 @@ from genrec import train as train_entry
 from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.training.builders import load_run
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from tests.conftest import load_script
 from tests.generative.helpers import one_thread
 
@@ -29,16 +28,11 @@ SMALL = {"tiger": ["model.generator.d_model=16", "model.generator.d_ff=32", "mod
          "sid_gpt": ["model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32"]}
 
 
-def _compose(overrides):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
-
-
 @pytest.fixture(scope="module")
 def sid_table(tmp_path_factory):
     """A random SID table (3 levels of 8 x 8 x 4 codes) for the tiny synthetic dataset's items."""
     tmp = tmp_path_factory.mktemp("sid")
-    cfg = _compose(TINY + [f"data.cache_dir={tmp / 'cache'}"])
+    cfg = compose_config("train", TINY + [f"data.cache_dir={tmp / 'cache'}"])
     data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
     every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
     codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
@@ -49,8 +43,8 @@ def sid_table(tmp_path_factory):
 @pytest.fixture(scope="module", params=["tiger", "sid_gpt"])
 def trained(request, sid_table, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
-    cfg = _compose(TINY + SMALL[request.param] + [f"model={request.param}", f"sid_table={sid_table}",
-                                                   f"data.cache_dir={sid_table / 'cache'}"])
+    cfg = compose_config("train", TINY + SMALL[request.param] + [f"model={request.param}", f"sid_table={sid_table}",
+                                                                 f"data.cache_dir={sid_table / 'cache'}"])
     return request.param, tmp / "run", train_entry.run(cfg, tmp / "run")
 
 
@@ -69,8 +63,7 @@ def test_run_folder_records_the_sid_table_and_decoding(trained, sid_table):
 
 def test_eval_entry_reproduces_test_metrics(trained):
     name, run_dir, metrics = trained
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
+    cfg = compose_config("eval", overrides=[f"run_dir={run_dir}", "baselines=false"])
     out = eval_entry.run(cfg)
     for split in ("valid", "test"):
         got = out["models"][name]["metrics"][split]
@@ -80,8 +73,7 @@ def test_eval_entry_reproduces_test_metrics(trained):
 
 def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):
     name, run_dir, metrics = trained
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
+    cfg = compose_config("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
     manifest = export_cli.run(cfg)
     assert validate_manifest(json.loads((tmp_path / "manifest.json").read_text())) == json.loads(json.dumps(manifest))
     assert manifest["model"] == {"name": name, "kind": "generative", "num_items": metrics["dataset"]["items"],
@@ -97,7 +89,7 @@ def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, t
 
 
 def test_missing_sid_table_is_named(sid_table, tmp_path):
-    cfg = _compose(TINY + ["model=sid_gpt", f"data.cache_dir={sid_table / 'cache'}"])
+    cfg = compose_config("train", TINY + ["model=sid_gpt", f"data.cache_dir={sid_table / 'cache'}"])
     with pytest.raises(ValueError, match="sid_table: model=sid_gpt generates semantic IDs"):
         train_entry.run(cfg, tmp_path / "run")
 

@@ -12,9 +12,8 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from genrec.conf import CONF_DIR
+from genrec.conf import CONF_DIR, compose_config
 from genrec.data.datamodule import load_dataset
 from genrec.data.schema import SequenceData
 from genrec.errors import ConfigError, UserError
@@ -36,8 +35,7 @@ GENERATOR = ["model=sid_gpt", "model.dim=16", "model.backbone.num_layers=1", "mo
 
 
 def _compose(overrides):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=overrides)
+    return compose_config("train", overrides=overrides)
 
 
 # ---- losses ------------------------------------------------------------------------------------------------------

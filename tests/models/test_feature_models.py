@@ -9,10 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from genrec import train as train_entry
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.data.batch import EvalSequences, TrainSequences, collate
 from genrec.data.features import FeatureConfig, encode_features
 from genrec.embedding import ItemEmbedding
@@ -101,8 +100,7 @@ def feature_run(tmp_path_factory):
                  "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
                  "model.dim=16", "data.max_len=10", "model.features.actions=true", "model.features.item=[genres]",
                  "model.features.user=[age,gender,occupation]", f"data.cache_dir={tmp / 'cache'}", "baselines=[]"]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    cfg = compose_config("train", overrides=overrides)
     return tmp / "run", train_entry.run(cfg, tmp / "run"), cfg
 
 
@@ -118,15 +116,13 @@ def test_a_tiny_run_with_every_feature_trains_and_reloads(feature_run):
 
 
 def test_the_export_of_a_feature_model_is_refused(feature_run, tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("export", overrides=[f"run_dir={feature_run[0]}", f"out_dir={tmp_path / 'out'}"])
+    cfg = compose_config("export", overrides=[f"run_dir={feature_run[0]}", f"out_dir={tmp_path / 'out'}"])
     with pytest.raises(ConfigError, match="run_dir.*side features"):
         export_cli.run(cfg)
 
 
 def test_a_feature_the_data_lacks_is_one_config_error(tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY_RUN + ["model.features.user=[age]", f"data.cache_dir={tmp_path}"])
+    cfg = compose_config("train", overrides=TINY_RUN + ["model.features.user=[age]", f"data.cache_dir={tmp_path}"])
     with pytest.raises(ConfigError) as info:
         train_entry.run(cfg, tmp_path / "run")
     assert str(info.value).startswith("model.features.user") and "'synthetic' has no user column 'age'" in str(

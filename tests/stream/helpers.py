@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.data.synthetic import generate_synthetic
 from genrec.embedding.dynamic.store import open_store
 from genrec.stream.replay import event_frame
@@ -32,8 +31,7 @@ def tiny_events(users: int = 120, items: int = 80, seed: int = 0) -> pd.DataFram
 
 
 def compose_stream(overrides: list[str]):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("stream", overrides=overrides)
+    return compose_config("stream", overrides=overrides)
 
 
 def redis_server_path() -> str | None:

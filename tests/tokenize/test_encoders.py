@@ -6,10 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 from genrec.errors import DataError, UserError
 from genrec.runs import file_digest
 from genrec.tokenize.encoders import (CategoricalEncoder, CollaborativeEncoder, FileEncoder, FusedEncoder,
@@ -151,8 +150,7 @@ TINY = ["data.reader.num_users=200", "data.reader.num_items=80", "data.reader.nu
 
 
 def test_collaborative_embeddings_are_the_runs_item_table(tmp_path):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"])
+    cfg = compose_config("train", overrides=TINY + [f"data.cache_dir={tmp_path / 'cache'}"])
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -174,8 +172,7 @@ def test_collaborative_embeddings_are_the_runs_item_table(tmp_path):
 
 
 def _real(name):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("tokenize", overrides=[f"data={name}"])
+    cfg = compose_config("tokenize", overrides=[f"data={name}"])
     from genrec.data.datamodule import load_dataset
 
     return load_dataset(cfg.data.reader, cfg.data.preprocess, cache_dir=None)

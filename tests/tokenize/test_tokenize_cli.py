@@ -5,19 +5,17 @@ import sys
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from genrec.tokenize import SIDTable
 from genrec.tokenize import cli
-from genrec.conf import CONF_DIR
+from genrec.conf import compose_config
 
 TINY_DATA = ["data.reader.num_users=300", "data.reader.num_items=150", "data.reader.num_clusters=6",
              "encoder=categorical", "threads=1"]
 
 
 def _run(tmp_path, overrides):
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("tokenize", overrides=TINY_DATA + [f"data.cache_dir={tmp_path / 'cache'}"] + overrides)
+    cfg = compose_config("tokenize", overrides=TINY_DATA + [f"data.cache_dir={tmp_path / 'cache'}"] + overrides)
     return cfg, cli.run(cfg, tmp_path / "run")
 
 
