@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +62,7 @@ def time_steps(experiment: str, steps: int, rounds: int, tmp: Path) -> dict:
     from genrec.conf import compose_config
     from genrec.data.datamodule import load_dataset
     from genrec.training.builders import build_datamodule, build_task, compile_stacks
+    from scripts.step_timing import alternating_medians, optimizer_of, train_step_seconds
 
     cfg = compose_config("train", [f"experiment={experiment}"])
     if cfg.model.get("kind") == "generative":
@@ -78,28 +77,15 @@ def time_steps(experiment: str, steps: int, rounds: int, tmp: Path) -> dict:
     tasks = {"eager": build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids).train()}
     tasks["compiled"] = copy.deepcopy(tasks["eager"])
     compile_stacks(cfg, tasks["compiled"].model)
-    optimizers = {}
-    for mode, task in tasks.items():
-        optimizer = task.configure_optimizers()
-        optimizers[mode] = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+    optimizers = {mode: optimizer_of(task) for mode, task in tasks.items()}
 
     def step(mode: str, batch) -> float:
-        start = time.perf_counter()
-        loss = tasks[mode].training_loss(batch)
-        loss.backward()
-        optimizers[mode].step()
-        optimizers[mode].zero_grad(set_to_none=True)
-        loss.item()
-        return time.perf_counter() - start
+        return train_step_seconds(tasks[mode], optimizers[mode], batch)
 
     first_call = step("compiled", batches[0])  # the compile (and a step)
     warm = [step("compiled", b) for b in batches[1:]]  # shapes the first batch did not have may recompile
     step("eager", batches[0])
-    medians: dict[str, list[float]] = {m: [] for m in MODES}
-    for r in range(rounds):
-        for mode in (MODES if r % 2 == 0 else MODES[::-1]):
-            medians[mode].append(statistics.median(step(mode, b) for b in batches))
-    speed = {m: statistics.median(v) for m, v in medians.items()}
+    speed = alternating_medians(step, MODES, batches, rounds)
     return {"s_per_step": speed, "speedup": speed["eager"] / speed["compiled"],
             "first_compiled_call_s": first_call, "warm_up_calls_s": warm,
             "batch_size": int(cfg.data.batch_size), "model_kind": cfg.model.get("kind", "retrieval")}

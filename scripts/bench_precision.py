@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +68,7 @@ def time_steps(experiment: str, steps: int, rounds: int) -> dict[str, float]:
 
     from genrec.conf import compose_config
     from genrec.training.builders import build_datamodule, build_task
+    from scripts.step_timing import alternating_medians, optimizer_of, train_step_seconds
 
     cfg = compose_config("train", [f"experiment={experiment}"])
     datamodule = build_datamodule(cfg)
@@ -77,28 +78,15 @@ def time_steps(experiment: str, steps: int, rounds: int) -> dict[str, float]:
     torch.manual_seed(0)
     task = build_task(cfg, datamodule.data.num_items, datamodule.data.item_raw_ids).train()
     tasks = {p: copy.deepcopy(task) for p in PRECISIONS}
-    optimizers = {}
-    for p, t in tasks.items():
-        optimizer = t.configure_optimizers()
-        optimizers[p] = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+    optimizers = {p: optimizer_of(t) for p, t in tasks.items()}
 
     def step(precision: str, batch) -> float:
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-            loss = tasks[precision].training_loss(batch)
-        loss.backward()
-        optimizers[precision].step()
-        optimizers[precision].zero_grad(set_to_none=True)
-        loss.item()
-        return time.perf_counter() - start
+        autocast = partial(torch.autocast, "cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+        return train_step_seconds(tasks[precision], optimizers[precision], batch, autocast)
 
     for p in PRECISIONS:  # warm-up: first-call allocations and kernel selection
         step(p, batches[0])
-    medians: dict[str, list[float]] = {p: [] for p in PRECISIONS}
-    for r in range(rounds):
-        for p in (PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]):
-            medians[p].append(statistics.median(step(p, b) for b in batches))
-    return {p: statistics.median(m) for p, m in medians.items()}
+    return alternating_medians(step, PRECISIONS, batches, rounds)
 
 
 def train_and_test(experiment: str, precision: str, epochs: int, threads: int, folder: Path) -> dict:
