@@ -193,6 +193,20 @@ class EvalSequences(Dataset):
                                         self.data.item_ids[first:target]), self.data, start, target)
 
 
+class IndexedExamples(Dataset):
+    """``dataset`` whose batches come with their example indices: ``__getitems__(indices) -> (indices, examples)``
+    (the DataLoader passes that to its ``collate_fn``)."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, indices: list[int]) -> tuple[list[int], list]:
+        return indices, [self.dataset[i] for i in indices]
+
+
 def _jagged(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
     offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))

@@ -10,14 +10,13 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences, collate
+from genrec.data.batch import EvalSequences, IndexedExamples, TrainPrefixes, TrainSequences, collate
 from genrec.data.cache import load_or_build
 from genrec.data.features import EncodedFeatures, FeatureConfig, encode_features
 from genrec.data.preprocess import PreprocessConfig
 from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
 from genrec.data.split import SplitConfig, apply_split
-from genrec.dist.pipeline import IndexedExamples, SparseCollate
 from genrec.errors import UserError
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")
@@ -95,8 +94,9 @@ class SequenceDataModule(L.LightningDataModule):
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.feature_config = FeatureConfig.from_config(_plain(features))
         self.data: SequenceData | None = None
-        #: the training loader's collation into genrec.dist.pipeline's SparseBatches (set by a pipelined task)
-        self.train_collate: SparseCollate | None = None
+        #: a training collation over :class:`IndexedExamples` batches, ``(indices, examples) -> batch`` (a pipelined
+        #: task sets genrec.dist.pipeline's SparseCollate here); None: plain :func:`collate`
+        self.train_collate: Callable[[tuple[list[int], list]], Any] | None = None
         self.features: EncodedFeatures | None = None
 
     def setup(self, stage: str | None = None) -> None:

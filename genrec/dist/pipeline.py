@@ -23,7 +23,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 from torchrec import KeyedJaggedTensor
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
@@ -81,23 +80,9 @@ def sparse_batch(batch: JaggedBatch, loss: nn.Module, table: TableConfig, genera
     return SparseBatch(batch, checked_ids(features, (table,)), candidate_ids)
 
 
-class IndexedExamples(Dataset):
-    """``dataset`` whose batches come with their example indices: ``__getitems__(indices) -> (indices, examples)``
-    (the DataLoader passes that to its ``collate_fn``)."""
-
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitems__(self, indices: list[int]) -> tuple[list[int], list]:
-        return indices, [self.dataset[i] for i in indices]
-
-
 class SparseCollate:
-    """The pipelined path's ``collate_fn`` over :class:`IndexedExamples`: examples -> :class:`SparseBatch`, the
-    candidates drawn from a generator seeded by ``(seed, the batch's example indices)``.
+    """The pipelined path's ``collate_fn`` over :class:`genrec.data.batch.IndexedExamples`: examples ->
+    :class:`SparseBatch`, the candidates drawn from a generator seeded by ``(seed, the batch's example indices)``.
 
     Args:
         loss: the task's loss (its ``item_ids`` names the candidates).

@@ -19,10 +19,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from genrec.data.batch import JaggedBatch, TrainSequences, collate
+from genrec.data.batch import IndexedExamples, JaggedBatch, TrainSequences, collate
 from genrec.data.schema import SequenceData
 from genrec.dist import ShardingConfig, SparseOptimizerConfig, shard_module
-from genrec.dist.pipeline import IndexedExamples, SparseBatch, SparseCollate, sparse_batch, sparse_dist_pipeline
+from genrec.dist.pipeline import SparseBatch, SparseCollate, sparse_batch, sparse_dist_pipeline
 from genrec.embedding import ItemEmbedding
 from genrec.errors import ConfigError
 from genrec.models.hstu import HSTU
