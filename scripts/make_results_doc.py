@@ -132,7 +132,8 @@ GOAL_OVER_SASREC = 0.08
 def _commits(runs: list[dict]) -> str:
     """The runs' commits (12 characters), ``+dirty`` where tracked files differed from the commit when the run
     started (until 2026-12-01 that included the regenerated results/ files themselves)."""
-    return ", ".join(f"`{c[:12]}{'+dirty' if c.endswith('+dirty') else ''}`" for c in sorted({r["commit"] for r in runs}))
+    commits = sorted({r["commit"] for r in runs})
+    return ", ".join(f"`{c[:12]}{'+dirty' if c.endswith('+dirty') else ''}`" for c in commits)
 
 
 def _cell(values: list[float]) -> str:
@@ -275,9 +276,9 @@ def _best_by_validation(configs: dict[str, list[dict]]) -> str | None:
 
 def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "recall@10"),
                    goal: float = GOAL_OVER_SASREC) -> list[str]:
-    """SASRec and HSTU with and without side features and actions (scripts/reproduce_hstu.sh, parts *_features), per dataset
-    where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec given
-    the same inputs. Where a model ran with several dropouts, each is its own row and each model's comparison uses
+    """SASRec and HSTU with and without side features and actions (scripts/reproduce_hstu.sh, parts *_features), per
+    dataset where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec
+    given the same inputs. Where a model ran with several dropouts, each is its own row and each model's comparison uses
     its configuration with the best validation NDCG@10."""
     by_dataset = defaultdict(list)
     for r in files:
@@ -495,7 +496,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
         for source, group in sorted(by_source.items()):
             sizes = "x".join(str(k) for k in group[0]["sid_table"]["codebook_sizes"])
             names = ", ".join(f"`results/{r['name']}.json`" for r in group)
-            invalid = _cell([r["metrics"]["test"]["invalid_rate"] for r in group if "invalid_rate" in r["metrics"]["test"]])
+            tests = [r["metrics"]["test"] for r in group]
+            invalid = _cell([m["invalid_rate"] for m in tests if "invalid_rate" in m])
             out.append(_row(f"**{source}** ({sizes})", [r["metrics"]["test"] for r in group],
                             ", ".join(str(r["seed"]) for r in group), invalid, _budget(group)) + f" {names} |")
         sasrec = [r for r in files if r.get("model") == "sasrec" and "test" in r.get("metrics", {})
@@ -506,7 +508,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
                             ", ".join(str(r["seed"]) for r in sasrec), "–", _budget(sasrec))
                        + " " + ", ".join(f"`results/{r['name']}.json`" for r in sasrec) + " |")
         for name, metrics in first["baselines"].items():
-            out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", "–") + f" `results/{first['name']}.json` |")
+            out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", "–")
+                       + f" `results/{first['name']}.json` |")
         out += ["", f"Commits: {_commits(runs)}.", ""]
         out += below_baselines({f"{s} SIDs": g for s, g in by_source.items()})
         out += SID_SOURCE_NOTES if dataset == "beauty" else []
@@ -1186,9 +1189,9 @@ def export_tables(files: list[dict]) -> list[str]:
                     "what we expect to close that gap (not measured here); the export reproduces whatever the "
                     "checkpoint ranks, good or bad."]
         if r["quantization"]:
-            out += ["", "Quantised item tables (`genrec-export quantize=[fp16,int8]`: FBGEMM's row-wise formats, read by "
-                    "its CPU lookup kernel; queries from the user tower exported with that table): top-10 overlap with "
-                    "fp32 exact search on every test user, and the test metrics each table serves.", "",
+            out += ["", "Quantised item tables (`genrec-export quantize=[fp16,int8]`: FBGEMM's row-wise formats, "
+                    "read by its CPU lookup kernel; queries from the user tower exported with that table): top-10 "
+                    "overlap with fp32 exact search on every test user, and the test metrics each table serves.", "",
                     "| item table | bytes | × fp32 | recall@10 vs fp32 exact | test recall@10 | test ndcg@10 "
                     "| query max abs diff |", "|---|---|---|---|---|---|---|"]
             for dtype, q in r["quantization"].items():
@@ -1639,8 +1642,9 @@ def _dynamic_prefetch(r: dict) -> list[str]:
         out += ["", "Where the prefetched step's time goes (medians per step): it waits "
                 f"{wait['tier0_10pct_prefetch'] * 1e3:.1f} ms for its mapping (without prefetching "
                 f"{wait['tier0_10pct'] * 1e3:.1f} ms) and its own thread's CPU time is "
-                f"{cpu['tier0_10pct_prefetch'] * 1e3:.1f} ms against {cpu['all_in_memory'] * 1e3:.1f} ms all in memory; "
-                f"the rest of its {steps['tier0_10pct_prefetch'] * 1e3:.1f} ms is time the training thread is held off: "
+                f"{cpu['tier0_10pct_prefetch'] * 1e3:.1f} ms against {cpu['all_in_memory'] * 1e3:.1f} ms all in "
+                f"memory; the rest of its {steps['tier0_10pct_prefetch'] * 1e3:.1f} ms is time the training thread is "
+                "held off: "
                 "by the interpreter lock or the cores, which the mapping, the write-back and RocksDB's own threads "
                 f"share with it. A tier-2 write of {gil['rows_per_write']:,} rows ({gil['ms_per_write']:.1f} ms) "
                 f"slows Python in another thread to {gil['python_speed_while_writing']:.2f} of its speed alone: "
@@ -1653,12 +1657,13 @@ def _dynamic_prefetch(r: dict) -> list[str]:
         parts = ", ".join(f"{role} {seconds * 1e3:.1f} ms" for role, seconds in by_thread.items() if seconds)
         load = p["load_average_1min"]
         out += ["", f"CPU per prefetched step, by thread (RocksDB's shared flush/compaction pool: its total over the "
-                f"timed blocks per step of a variant with a store): {parts}. The background threads need {background * 1e3:.1f} "
-                f"ms of CPU per step beside the training thread's, so on {p['cores']} cores a step cannot take less "
-                f"than {floor * 1e3:.1f} ms ({floor / steps['all_in_memory']:.2f}x all in memory) however well the "
-                "work overlaps: " + ("the goal needs that work to shrink, or more cores." if floor > 1.2 * steps[
-                    "all_in_memory"] else "that floor is under the goal, so the rest of the gap is the interpreter "
-                "lock and the scheduler, not the amount of work.") + " Load average (1 min) "
+                f"timed blocks per step of a variant with a store): {parts}. The background threads need "
+                f"{background * 1e3:.1f} ms of CPU per step beside the training thread's, so on {p['cores']} cores a "
+                f"step cannot take less than {floor * 1e3:.1f} ms ({floor / steps['all_in_memory']:.2f}x all in "
+                "memory) however well the work overlaps: "
+                + ("the goal needs that work to shrink, or more cores." if floor > 1.2 * steps["all_in_memory"]
+                   else "that floor is under the goal, so the rest of the gap is the interpreter lock and the "
+                   "scheduler, not the amount of work.") + " Load average (1 min) "
                 f"{load['start']:.1f} at the start of the timed blocks, {load['end']:.1f} at the end."]
     return out + [""]
 
@@ -1682,7 +1687,8 @@ def _dynamic_larger(r: dict) -> list[str]:
                    f"| {_mib(x['table_bytes'])} ({x['table_over_budget']:.1f}x budget) "
                    f"| {_mib(x['fixed_overhead_bytes'])} | {_mib(x['peak_minus_fixed_bytes'])} "
                    f"| {_mib(x['disk_bytes'])} | {_rate(x['ids_per_s'])} "
-                   f"| {x['hit_rate_tier0']:.3f} / {x['hit_rate_tier2']:.3f} | {'yes' if x['within_budget'] else 'NO'} |")
+                   f"| {x['hit_rate_tier0']:.3f} / {x['hit_rate_tier2']:.3f} "
+                   f"| {'yes' if x['within_budget'] else 'NO'} |")
     return out + [""]
 
 
@@ -1729,7 +1735,8 @@ def dynamic_quality_tables(files: list[dict]) -> list[str]:
                     f"stopping on validation NDCG@10 (patience {loo['early_stopping_patience']}), test metrics of "
                     "the best validation checkpoint. static: the TorchRec table holding every item; min_count=k: "
                     "the dynamic table keyed by raw item ID, an item gets a row once it occurred k times as an "
-                    "input, counted over the epochs (until then it reads zeros). Rows stored: the best checkpoint's live rows; "
+                    "input, counted over the epochs (until then it reads zeros). Rows stored: the best checkpoint's "
+                    "live rows; "
                     f"{loo['items_with_input_occurrences']:,} of the {loo['items']:,} items occur as an input "
                     f"(items seen fewer than k times: "
                     + ", ".join(f"k={k}: {n}" for k, n in loo["items_below"].items()) + ").", "",
@@ -1750,7 +1757,8 @@ def dynamic_quality_tables(files: list[dict]) -> list[str]:
                      if statistics.mean(x["test"]["ndcg@10"] for x in runs) <= best_baseline]
             out += ["", "Every table beats both baselines on test NDCG@10." if not below else
                     f"Not above the best baseline on test NDCG@10: {', '.join(below)}.",
-                    "Run commits: " + ", ".join(f"`{c[:12]}`" for c in sorted({x["commit"] for x in loo["runs"]})) + "."]
+                    "Run commits: " + ", ".join(f"`{c[:12]}`" for c in sorted({x["commit"] for x in loo["runs"]}))
+                    + "."]
         if "new_items" in r:
             out += _new_items_table(r["new_items"])
         out.append("")
@@ -1882,8 +1890,8 @@ def _stream_memory(mem: dict, r: dict) -> str:
     step = max(1, len(series["records"]) // 10)
     shown = list(range(0, len(series["records"]), step)) + ([len(series["records"]) - 1]
                                                             if (len(series["records"]) - 1) % step else [])
-    points = ", ".join(f"{series['records'][i] / 1e6:.1f}M: {series['rss_mib'][i]:,.0f} ({series['stores_mib'][i]:,.0f})"
-                       for i in shown)
+    points = ", ".join(f"{series['records'][i] / 1e6:.1f}M: {series['rss_mib'][i]:,.0f} "
+                       f"({series['stores_mib'][i]:,.0f})" for i in shown)
     return (f"**Memory** (`results/{r['name']}.json`, `scripts/bench_stream.py --memory-only`, commit "
             f"`{r['commit'][:12]}`; {r['machine_note']}): {mem['events']:,} events, {mem['one_off_items']:.0%} of them "
             f"one-off items, {mem['users']:,} users, tier 0 of {mem['tier0_capacity']:,} rows with LRU eviction to "
