@@ -10,11 +10,12 @@ import torch
 from omegaconf import OmegaConf
 
 from genrec import train as train_entry
+from genrec.conf import compose_config
 from genrec.errors import ConfigError
 from genrec.training.builders import compile_stacks
 from tests.generative.helpers import eval_batch, one_thread, train_batch
 from tests.generative.test_generative_models import gpt, tiger
-from tests.generative.test_generative_training import SMALL, TINY, _compose, sid_table  # noqa: F401 (fixture)
+from tests.generative.test_generative_training import SMALL, TINY, sid_table  # noqa: F401 (fixture)
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
@@ -65,10 +66,10 @@ def test_compile_is_refused_with_sharded_training(key, value):
 @needs_compiler
 def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):  # noqa: F811 (fixture)
     """recipe=gpu end to end on the CPU: bf16-mixed, compiled stacks, its batch size and warm-up, then beam search."""
-    cfg = _compose(TINY + SMALL["sid_gpt"] + ["model=sid_gpt", f"sid_table={sid_table}",
-                                              f"data.cache_dir={sid_table / 'cache'}", "recipe=gpu",
-                                              "trainer.accelerator=cpu", "data.num_workers=0",
-                                              "data.batch_size=128"])
+    cfg = compose_config("train", TINY + SMALL["sid_gpt"] + ["model=sid_gpt", f"sid_table={sid_table}",
+                                                               f"data.cache_dir={sid_table / 'cache'}", "recipe=gpu",
+                                                               "trainer.accelerator=cpu", "data.num_workers=0",
+                                                               "data.batch_size=128"])
     metrics = train_entry.run(cfg, tmp_path / "run")
     config = metrics["config"]
     assert (config["compile"], config["trainer"]["precision"], config["optim"]["warmup_steps"]) == \
