@@ -126,7 +126,8 @@ def test_embedding_configs_instantiate(name, kind, tmp_path):
     assert isinstance(emb, kind) and emb.dim == 8 and emb.num_embeddings == 21
     if name == "dynamic":
         cfg = compose_config("train", ["embedding@model.embedding=dynamic", f"model.embedding.store.path={tmp_path}",
-                                       "model.embedding.eviction.policy=lfu", "model.embedding.admission.policy=min_count"])
+                                       "model.embedding.eviction.policy=lfu",
+                                       "model.embedding.admission.policy=min_count"])
         emb = instantiate(cfg.model.embedding, num_items=20)
         assert emb.config.store.path == str(tmp_path) and emb.config.eviction.policy == "lfu"
 
