@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -16,3 +17,16 @@ def spawn_ranks(worker: Callable, args: tuple, out_prefix: Path, world: int) -> 
     for result in out:
         assert "traceback" not in result, result["traceback"]
     return out
+
+
+def close_group(succeeded: bool) -> None:
+    """End a worker: a rank that succeeded first waits at a barrier for the others, so that no rank tears gloo down
+    while a peer still uses it (on a loaded machine that aborted the peer with SIGABRT, "terminate called without
+    an active exception"); then the process group is destroyed. A failed rank skips the barrier, and a peer's
+    barrier failing on its closed connection is ignored: the failed rank's saved traceback says what went wrong."""
+    if succeeded:
+        try:
+            dist.barrier()
+        except RuntimeError:
+            pass
+    dist.destroy_process_group()

@@ -19,7 +19,7 @@ from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
-from tests.distributed.ranks import spawn_ranks
+from tests.distributed.ranks import close_group, spawn_ranks
 from tests.distributed.test_sharded_training import make_batch, rank_sequences
 
 pytestmark = pytest.mark.dist
@@ -75,7 +75,7 @@ def worker(rank: int, folder: str) -> None:
         result["traceback"] = traceback.format_exc()
     finally:
         torch.save(result, f"{folder}/out.{rank}")
-        dist.destroy_process_group()
+        close_group(succeeded="traceback" not in result)
 
 
 def reference(optimizer: str, store: str) -> dict:

@@ -19,7 +19,7 @@ from genrec.models.sid_generator import SIDGenerator
 from genrec.training.fsdp import FSDPStrategy, is_sharded, shard_generator
 from genrec.training.generative import GenerativeTask
 from genrec.training.trainer import trainer_arguments
-from tests.distributed.ranks import spawn_ranks
+from tests.distributed.ranks import close_group, spawn_ranks
 from tests.generative.helpers import make_table, train_batch
 
 WORLD, STEPS = 2, 4
@@ -85,7 +85,7 @@ def worker(rank: int, folder: str) -> None:
         result["traceback"] = traceback.format_exc()
     finally:
         torch.save(result, f"{folder}/out.{rank}")
-        dist.destroy_process_group()
+        close_group(succeeded="traceback" not in result)
 
 
 @pytest.mark.dist

@@ -11,6 +11,11 @@ The attention's key bias is left out of the weight comparison: adding it shifts 
 same amount, which the softmax ignores, so its true gradient is zero and what it gets is rounding noise (~1e-9)
 that Adam's normalisation turns into steps of ~lr. It differs between any two summation orders (measured: 1e-4
 here, every other weight within 2e-7) and has no effect on any score, which the equal metrics check.
+
+The same amplification can hit a single weight whose gradient is near zero at some step (measured on a later machine:
+one value-projection entry differed by 1.5e-5, 12 other weights of 6,128 by 1e-6 to 2e-6, the rest less), so the
+weights are checked twice: every weight within 1e-4, and fewer than 0.1% of them more than 2e-6 apart (a wrong batch
+split or a missed gradient all-reduce moves most weights by far more).
 """
 import json
 import os
@@ -93,4 +98,6 @@ def test_two_torchrun_nodes_equal_one_process(tmp_path):
         got, expected = _weights(two_nodes, checkpoint), _weights(one, checkpoint)
         assert got.keys() == expected.keys()
         for key, value in expected.items():
-            torch.testing.assert_close(got[key], value, atol=1e-5, rtol=0, msg=f"{checkpoint}: {key}")
+            torch.testing.assert_close(got[key], value, atol=1e-4, rtol=0, msg=f"{checkpoint}: {key}")
+        differences = torch.cat([(got[key] - value).abs().flatten() for key, value in expected.items()])
+        assert (differences > 2e-6).float().mean() < 1e-3, f"{checkpoint}: more than 0.1% of weights differ > 2e-6"

@@ -30,7 +30,7 @@ from genrec.models.losses import FullSoftmaxLoss, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
-from tests.distributed.ranks import spawn_ranks
+from tests.distributed.ranks import close_group, spawn_ranks
 
 WORLD, DIM, STEPS, TOLERANCE = 2, 16, 5, 1e-6
 #: name -> (encoder, loss, number of items, sharding); HSTU as published: cosine, per-position negatives, t=0.05
@@ -115,7 +115,7 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
         result["traceback"] = traceback.format_exc()
     finally:
         torch.save(result, f"{out_file}.{rank}")
-        dist.destroy_process_group()
+        close_group(succeeded="traceback" not in result)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
 from genrec.training.module import RetrievalTask
-from tests.distributed.ranks import spawn_ranks
+from tests.distributed.ranks import close_group, spawn_ranks
 
 pytestmark = pytest.mark.dist
 
@@ -115,7 +115,7 @@ def worker(rank: int, init_file: str, out_file: str) -> None:
         result["traceback"] = traceback.format_exc()
     finally:
         torch.save(result, f"{out_file}.{rank}")
-        dist.destroy_process_group()
+        close_group(succeeded="traceback" not in result)
 
 
 def one_more_step(task: RetrievalTask, model, rank: int) -> torch.Tensor:
