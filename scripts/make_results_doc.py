@@ -526,15 +526,20 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
+               "sdpo_beam": "SFT + S-DPO, beam (hard) negatives",
+               "sdpo_seq_beam": "SFT + S-DPO + the control's next-token loss, beam (hard) negatives",
                "sdpo_seq": "SFT + S-DPO + the control's next-token loss at every position",
                "sdpo_seq_dropout": "SFT + S-DPO + the control's next-token loss, dropout on as in the control",
                "sdpo_seq_beta1": "SFT + S-DPO (beta 1) + the control's next-token loss at every position",
                "sft_more_nodrop": "SFT + continued SFT without dropout (as the alignment stages train)",
+               "sft_more_nodrop_lr5e-5": "SFT + continued SFT without dropout, lr 5e-5",
+               "sdpo_seq_lr5e-5": "SFT + S-DPO + the control's next-token loss, lr 5e-5",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
                "llm_lora": "LLM backbone (llama, random init), LoRA"}
 #: the preference-alignment stages (POST_STAGES keys), in table order
-ALIGN_STAGES = ("dpo", "sdpo", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_dropout", "sdpo_seq_beta1")
+ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
+                "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_seq_lr5e-5")
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
 POST_NOTES = {
     "synthetic": [
@@ -624,16 +629,18 @@ def _stage(run: dict) -> str:
 def _dropout_off(run: dict) -> bool:
     """Whether a post-training run trained without dropout (an alignment stage's default, or the control
     ``sft_more_nodrop``)."""
-    return bool((run.get("align") or {}).get("disable_dropout")) or _stage(run) == "sft_more_nodrop"
+    return bool((run.get("align") or {}).get("disable_dropout")) or _stage(run).startswith("sft_more_nodrop")
 
 
 def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> list[str]:
-    """One line per stage: its test NDCG@10 against ``control_stage``'s per seed; the S-DPO goal is judged against
-    the matched control only (the one that trains with or without dropout as the stage does)."""
-    control = {r["seed"]: r for r in by_stage.get(control_stage, [])}
+    """One line per stage: its test NDCG@10 against ``control_stage``'s run of the same seed and learning rate;
+    the S-DPO goal is judged against the matched control only (the one that trains with or without dropout as the
+    stage does)."""
+    control = {(r["seed"], r["config"]["optim"]["lr"]): r for r in by_stage.get(control_stage, [])}
     lines = []
     for stage in (*ALIGN_STAGES, "sft_more_nodrop", "distill"):
-        paired = [(r, control[r["seed"]]) for r in by_stage.get(stage, []) if r["seed"] in control]
+        paired = [(r, control[r["seed"], r["config"]["optim"]["lr"]]) for r in by_stage.get(stage, [])
+                  if (r["seed"], r["config"]["optim"]["lr"]) in control]
         if not paired or stage == control_stage:
             continue
         changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
@@ -723,7 +730,9 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
             ("sft_more", "Each stage against continued SFT from the same checkpoint (same seed, same extra epochs, "
                          "dropout on as in SFT):"),
             ("sft_more_nodrop", "The same against continued SFT without dropout, the matched control of the "
-                                "alignment stages that train without it (`align.disable_dropout`, the default):")):
+                                "alignment stages that train without it (`align.disable_dropout`, the default):"),
+            ("sft_more_nodrop_lr5e-5", "At a tenth of the stages' learning rate (`STAGE_LR=5e-5 STAGE_TAG=_lr5e-5`), "
+                                       "against continued SFT without dropout at that rate:")):
         lines = _against_control(by_stage, control_stage)
         if lines:
             out += [intro, ""] + lines + [""]

@@ -21,7 +21,9 @@
 # SFT_OVERRIDES (e.g. "optim.schedule=cosine") with SFT_TAG (e.g. _cosine): an SFT variant -> <prefix>sft<tag>_seed<S>,
 # and the stages start from it (<prefix><arm><tag>_seed<S>); ARMS="" runs no stage. The recorded variants:
 # SFT_TAG=_cosine SFT_OVERRIDES="optim.schedule=cosine" and SFT_TAG=_cosine_items SFT_OVERRIDES="optim.schedule=cosine
-# model.generator.item_inputs=true" (each history item's own embedding beside its codes).
+# model.generator.item_inputs=true" (each history item's own embedding beside its codes). STAGE_TAG (e.g. _lr5e-5,
+# with STAGE_LR=5e-5) names a stage variant -> <prefix><arm><sft tag><stage tag>_seed<S>, so that stages at another
+# learning rate do not overwrite the recorded ones.
 # DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
 # RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
 # experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
@@ -56,7 +58,7 @@ if [ ! -f "$RUNS/sid/sid_table.parquet" ]; then
   "$PY" -m genrec.tokenize "${DATA[@]}" "${TOKENIZER[@]}" seed=0 threads="${THREADS:-1}" encoder=collaborative \
     encoder.run_dir="$RUNS/teacher" hydra.run.dir="$RUNS/sid"
 fi
-SFT_TAG=${SFT_TAG-}
+SFT_TAG=${SFT_TAG-} STAGE_TAG=${STAGE_TAG-}
 if [ -n "${SFT_OVERRIDES:-}" ] && [ -z "$SFT_TAG" ]; then
   echo "SFT_OVERRIDES needs an SFT_TAG to name its runs" >&2; exit 2
 fi
@@ -74,15 +76,17 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence"
                   [sdpo_beam]="align=sdpo align.negatives=beam"
                   [sdpo_seq_beam]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=beam"
-                  [sdpo_seq_dropout]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.disable_dropout=false"
+                  [sdpo_seq_dropout]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence
+                                      align.disable_dropout=false"
                   [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
+    run="$name$SFT_TAG$STAGE_TAG"
     # shellcheck disable=SC2086  # the arm's overrides
     "$PY" -m genrec.train "${DATA[@]}" "${SEEDED[@]}" "${GENERATOR[@]}" "${GPT[@]}" "${STAGE[@]}" ${ARM[$name]} \
-      results_name="${PREFIX}${name}${SFT_TAG}_seed$seed" hydra.run.dir="$RUNS/$name$SFT_TAG-$seed"
+      results_name="${PREFIX}${run}_seed$seed" hydra.run.dir="$RUNS/$run-$seed"
   done
 done
 # 4. the generator on a transformers causal LM whose vocabulary gains the SID tokens (a small random-initialised
