@@ -664,7 +664,29 @@ def post_training_tables(files: list[dict]) -> list[str]:
         runs = [r for r in files if _post_prefix(r) == prefix and "metrics" in r]
         if runs:
             out += _post_training_table(runs, prefix)
+            out += heldout_negatives_table(files, POST_PREFIXES[prefix])
     return out
+
+
+def heldout_negatives_table(files: list[dict], dataset: str) -> list[str]:
+    """How often an alignment stage's rejected items were the user's own validation or test target
+    (scripts/negatives_heldout.py), for the stages that ran on ``dataset``."""
+    rows = [row for f in files if f.get("kind") == "negatives_heldout" for row in f["runs"]
+            if row["dataset"]["dataset"] == dataset]
+    if not rows:
+        return []
+    out = ["How often the rejected items were the user's own held-out items (`scripts/negatives_heldout.py` on the "
+           "stages' cached negatives; the stages cannot see those items, and excluding them would leak them): share "
+           "of preference examples whose rejected items contain the user's validation target, test target, either, "
+           "and share of all rejected items that are one of them.", "",
+           "| stage run | negatives | seed | examples | validation target | test target | either | of rejected items |",
+           "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        out.append(f"| `{Path(row['run']).name}` | {row['negatives_per_example']} {row['negatives']} | {row['seed']} | "
+                   f"{row['examples']:,} | {row['examples_rejecting_valid_target']:.2%} | "
+                   f"{row['examples_rejecting_test_target']:.2%} | {row['examples_rejecting_either']:.2%} | "
+                   f"{row['rejected_items_that_are_heldout_targets']:.3%} |")
+    return out + [""]
 
 
 def _post_training_table(runs: list[dict], prefix: str) -> list[str]:

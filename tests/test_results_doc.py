@@ -10,3 +10,20 @@ def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
     assert doc._sid_source_label(default) == "text"
     assert doc._sid_source_label(balanced) == "text (rkmeans_balanced, extra_level)"
     assert doc._sid_source_label(four_levels) == "collaborative (rqvae, nearest_free)"
+
+
+def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
+    doc = load_script("make_results_doc")
+
+    def run(stage: str, seed: int, lr: float, ndcg: float) -> dict:
+        return {"name": f"beauty_post_{stage}_seed{seed}", "seed": seed, "config": {"optim": {"lr": lr}},
+                "align": {"disable_dropout": stage.startswith("sdpo")}, "metrics": {"test": {"ndcg@10": ndcg}}}
+
+    by_stage = {"sft_more_nodrop": [run("sft_more_nodrop", 1, 5e-4, 0.030)],
+                "sft_more_nodrop_lr5e-5": [run("sft_more_nodrop_lr5e-5", 1, 5e-5, 0.040)],
+                "sdpo_seq_lr5e-5": [run("sdpo_seq_lr5e-5", 1, 5e-5, 0.044)],
+                "sdpo_seq": [run("sdpo_seq", 1, 5e-4, 0.027), run("sdpo_seq", 2, 5e-4, 0.028)]}
+    low = doc._against_control(by_stage, "sft_more_nodrop_lr5e-5")
+    assert len(low) == 1 and "(+10.0%)" in low[0] and "goal (+5%) met" in low[0]
+    high = doc._against_control(by_stage, "sft_more_nodrop")
+    assert len(high) == 1 and "(-10.0%)" in high[0]  # seed 2 has no control; the lr 5e-5 stage another rate

@@ -24,7 +24,7 @@ from genrec.training.align import AlignConfig, AlignTask, beam_negatives, popula
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
 from genrec.training.generative import GenerativeTask
-from tests.conftest import TINY_RUN
+from tests.conftest import TINY_RUN, load_script
 from tests.generative.helpers import one_thread
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
@@ -340,3 +340,19 @@ def test_init_from_loads_the_run_weights_and_refuses_another_model(tiny_run, wor
         initialize(generator, str(run_dir))
     with pytest.raises(UserError, match="init_from=.*does not exist"):
         initialize(generator, str(workdir / "nothing"))
+
+
+def test_heldout_negatives_counted_by_hand():
+    """scripts/negatives_heldout.py: a user without held-out items (a time split's early user) never counts, and an
+    empty negative (0) is not an item."""
+    script = load_script("negatives_heldout")
+    data = SequenceData(name="t", item_ids=np.array([1, 2, 3, 4, 5, 6, 7, 8, 9]), offsets=np.array([0, 4, 7, 9]),
+                        timestamps=None, item_raw_ids=np.arange(10), user_raw_ids=np.arange(3),
+                        valid_at=np.array([2, 5, 9]), test_at=np.array([3, 6, 9]))
+    valid, test = script.heldout_targets(data)
+    assert valid.tolist() == [3, 6, 0] and test.tolist() == [4, 7, 0]
+    hits = script.heldout_hits(np.array([[4, 9], [6, 7], [1, 0]]), np.array([0, 1, 2]), valid, test)
+    assert hits["examples_rejecting_valid_target"] == pytest.approx(1 / 3)
+    assert hits["examples_rejecting_test_target"] == pytest.approx(2 / 3)
+    assert hits["examples_rejecting_either"] == pytest.approx(2 / 3)
+    assert hits["rejected_items_that_are_heldout_targets"] == pytest.approx(3 / 5)

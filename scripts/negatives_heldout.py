@@ -1,0 +1,81 @@
+"""How often an alignment stage's rejected items are the user's own held-out items (issue 16: why S-DPO with the
+SFT model's beam as negatives falls far below its control).
+
+The stage's preference examples come from the training split only: prompt = the training part minus its last item,
+chosen = that item, rejected = ``num_negatives`` items that are never a training item of the user. Nothing stops a
+rejected item from being the user's validation or test target, and the stage cannot know (excluding them would leak
+held-out data): this script counts, after the fact, how often it happened. Popularity negatives rarely hit a given
+user's next item; the model's own beam is built to.
+
+Reads the negatives cached in each run's checkpoint (``genrec_preferences``) and the run's data split; writes, per
+run, the share of examples whose rejected items contain the user's validation target, the test target, either one,
+and the share of all rejected items that are one of them::
+
+    python scripts/negatives_heldout.py runs/post/sdpo_seq-1 runs/post/sdpo_seq_beam-1 \\
+        --out results/beauty_post_negatives_heldout.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def heldout_hits(negatives: np.ndarray, users: np.ndarray, valid: np.ndarray, test: np.ndarray) -> dict:
+    """``negatives (U, K)`` rejected items (0 = empty) of ``users (U,)``; ``valid``/``test`` ``(num_users,)`` each
+    user's held-out target (0 = none) -> the shares described in the module docstring."""
+    in_valid = (negatives == valid[users, None]) & (valid[users, None] > 0)
+    in_test = (negatives == test[users, None]) & (test[users, None] > 0)
+    return {"examples": int(len(users)), "negatives_per_example": int(negatives.shape[1]),
+            "examples_rejecting_valid_target": float(in_valid.any(1).mean()),
+            "examples_rejecting_test_target": float(in_test.any(1).mean()),
+            "examples_rejecting_either": float((in_valid | in_test).any(1).mean()),
+            "rejected_items_that_are_heldout_targets": float((in_valid | in_test).sum() / (negatives > 0).sum())}
+
+
+def heldout_targets(data) -> tuple[np.ndarray, np.ndarray]:
+    """``(num_users,)`` each user's validation and test target item (0 where the split has none)."""
+    ends = data.offsets[1:]
+    valid = np.where(data.valid_at < data.test_at, data.item_ids[np.minimum(data.valid_at, ends - 1)], 0)
+    test = np.where(data.test_at < ends, data.item_ids[np.minimum(data.test_at, ends - 1)], 0)
+    return valid, test
+
+
+def run_hits(run_dir: str) -> dict:
+    from genrec.runs import RunFolder
+    from genrec.training.align import CHECKPOINT_KEY
+    from genrec.training.builders import build_datamodule
+
+    run = RunFolder.existing(run_dir)
+    cfg = run.config()
+    checkpoint = torch.load(run.checkpoint("last"), map_location="cpu", weights_only=True)
+    if CHECKPOINT_KEY not in checkpoint:
+        raise SystemExit(f"{run_dir}: its last checkpoint has no {CHECKPOINT_KEY} (not an alignment stage)")
+    preferences = checkpoint[CHECKPOINT_KEY]
+    datamodule = build_datamodule(cfg)
+    datamodule.setup()
+    users = np.flatnonzero(preferences["chosen"].numpy() > 0)
+    valid, test = heldout_targets(datamodule.data)
+    hits = heldout_hits(preferences["negatives"].numpy()[users], users, valid, test)
+    return {"run": str(run_dir), "dataset": datamodule.data.summary(), "negatives": cfg.align.negatives,
+            "seed": int(cfg.seed), **hits}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="alignment-stage run folders (align=dpo|sdpo)")
+    parser.add_argument("--out", required=True, help="results JSON to write")
+    args = parser.parse_args(argv)
+    from genrec.utils.provenance import provenance, write_json
+
+    rows = [run_hits(r) for r in args.runs]
+    for row in rows:
+        print(json.dumps(row))
+    write_json(Path(args.out), {"kind": "negatives_heldout", "runs": rows, **provenance()})
+
+
+if __name__ == "__main__":
+    main()
