@@ -579,7 +579,8 @@ POST_NOTES = {
         "weights can be downloaded here).", ""],
     "beauty": [
         "Reading (three seeds of SFT, the matched control, distillation, S-DPO and S-DPO with the control's loss; DPO "
-        "at seeds 1 and 2; the dropout-on control and the cosine runs at seed 0). Seed 0's teacher and SID table are "
+        "and the beam-negative arms at seeds 1 and 2; lr 5e-5 at seed 1; the dropout-on control and the cosine runs "
+        "at seed 0). Seed 0's teacher and SID table are "
         "the SID-source table's (hash f08ea13651cddc01; its SFT run reproduces that table's collaborative row bit "
         "for bit). Seeds 1 and 2 ran in a later session on a fresh machine: the teacher, re-trained there with the "
         "same preset and seed, reached the same test NDCG@10 to every digit (its MRR differs by 7e-9), but RQ-VAE's "
@@ -603,16 +604,29 @@ POST_NOTES = {
         "it does what it is built to do (chosen log-ratio +0.83 nats, rejected -7.7, reward accuracy 0.69), while the "
         "held-out target becomes less likely (test log p(target) -12.7 against -10.5): pushing popular items down "
         "also pushes down the items users take next.", "",
+        "Negatives from the SFT model's own beam (hard negatives; seeds 1 and 2, S-DPO alone at seed 1) are far worse "
+        "than popularity negatives: S-DPO alone collapses (0.0006; chosen log-ratio -19.8 nats) and S-DPO plus the "
+        "control's loss reaches 0.0160 and 0.0195 (-46%, -33% against the matched control) although its test log "
+        "p(target), -12.4 and -12.2, stays near the popularity arm's -12.7. The last table of this section says why: "
+        "the beam's top wrong items for the training prompt contain the user's own validation or test target in 7.4% "
+        "and 7.2% of the examples (popularity negatives: 0.3% and 0.4%), more users than the SFT model finds in its "
+        "top 10 at all (test recall@10 0.052). A model's top wrong guesses for one position are largely the items "
+        "that user takes next, so in next-item data beam negatives are false negatives by construction, and the stage "
+        "cannot drop them without reading the held-out split. At a tenth of the stages' learning rate (5e-5, seed 1, "
+        "`STAGE_TAG=_lr5e-5`) continued SFT without dropout reaches the same test NDCG@10 as at 5e-4 (0.0297 and "
+        "0.0296), and S-DPO plus its loss is level with it (0.0297, +0.0%): at that rate the S-DPO term barely moves "
+        "the preferences (reward accuracy 0.43, rejected log-ratio -1.9 nats against -7.8 at 5e-4) and still lowers "
+        "the held-out target's likelihood (test log p(target) -11.2 against -10.6).", "",
         "Why we do not expect S-DPO to beat this control here (a reading, not measured beyond the rows above): the "
         "generator's next-token loss is already a full softmax over every code at every position of every training "
         "sequence, the objective S-DPO approximates with a few sampled negatives for one position per user; in the "
         "S-DPO paper the SFT baseline is an LLM tuned on prompts with a candidate list, which never saw a softmax "
-        "over the items. Untried: a learning rate far below 5e-4 (LLM recipes run DPO at a small fraction of their "
-        "SFT rate, e.g. Zephyr's 5e-7 after 2e-5; these stages use half of SFT's), preference examples at every "
-        "position, negatives drawn from the model's own distribution rather than by popularity. Every generative row "
-        "stays far below SASRec (0.0555) and the best baseline (transitions_last3_skip, 0.0500); the next sections "
-        "measure why. Not run on Beauty (time): alignment with beam (hard) negatives, and the dropout-on control at "
-        "seeds 1 and 2.", ""]}
+        "over the items. Untried: a learning rate below a tenth of 5e-4 (LLM recipes run DPO at 1/40 of their SFT "
+        "rate, e.g. Zephyr's 5e-7 after 2e-5), preference examples at every position, negatives sampled from the "
+        "model's distribution (the beam, its mode, fails for the reason above). Every generative row stays far below "
+        "SASRec (0.0555) and the best baseline (transitions_last3_skip, 0.0500); the next sections measure why. Not "
+        "run on Beauty (time): the dropout-on control at seeds 1 and 2, the beam-negative arms at seed 0 (its SFT "
+        "checkpoint was not kept), lr 5e-5 at seeds 0 and 2.", ""]}
 #: the margin issue 16 asks of S-DPO over continued SFT in NDCG@10
 GOAL_SDPO = 0.05
 
