@@ -12,7 +12,9 @@ run, the share of examples whose rejected items contain the user's validation ta
 and the share of all rejected items that are one of them::
 
     python scripts/negatives_heldout.py runs/post/sdpo_seq-1 runs/post/sdpo_seq_beam-1 \\
-        --out results/beauty_post_negatives_heldout.json
+        --out results/negatives_heldout_beauty_post.json
+
+(named so that it is not taken for a post-training run: those results start with ``beauty_post_``.)
 """
 from __future__ import annotations
 
