@@ -650,11 +650,13 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> lis
     """One line per stage: its test NDCG@10 against ``control_stage``'s run of the same seed and learning rate;
     the S-DPO goal is judged against the matched control only (the one that trains with or without dropout as the
     stage does)."""
-    control = {(r["seed"], r["config"]["optim"]["lr"]): r for r in by_stage.get(control_stage, [])}
+    def seed_and_lr(run: dict) -> tuple:
+        return run["seed"], run["config"]["optim"]["lr"]
+
+    control = {seed_and_lr(r): r for r in by_stage.get(control_stage, [])}
     lines = []
     for stage in (*ALIGN_STAGES, "sft_more_nodrop", "distill"):
-        paired = [(r, control[r["seed"], r["config"]["optim"]["lr"]]) for r in by_stage.get(stage, [])
-                  if (r["seed"], r["config"]["optim"]["lr"]) in control]
+        paired = [(r, control[seed_and_lr(r)]) for r in by_stage.get(stage, []) if seed_and_lr(r) in control]
         if not paired or stage == control_stage:
             continue
         changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]

@@ -39,11 +39,15 @@ def heldout_hits(negatives: np.ndarray, users: np.ndarray, valid: np.ndarray, te
 
 
 def heldout_targets(data) -> tuple[np.ndarray, np.ndarray]:
-    """``(num_users,)`` each user's validation and test target item (0 where the split has none)."""
-    ends = data.offsets[1:]
-    valid = np.where(data.valid_at < data.test_at, data.item_ids[np.minimum(data.valid_at, ends - 1)], 0)
-    test = np.where(data.test_at < ends, data.item_ids[np.minimum(data.test_at, ends - 1)], 0)
-    return valid, test
+    """``(num_users,)`` each user's validation and test target item, as the evaluation has them
+    (:meth:`SequenceData.targets`; 0 where the split has none)."""
+    out = []
+    for split in ("valid", "test"):
+        users, positions = data.targets(split)
+        items = np.zeros(data.num_users, dtype=np.int64)
+        items[users] = data.item_ids[positions]
+        out.append(items)
+    return out[0], out[1]
 
 
 def run_hits(run_dir: str) -> dict:
