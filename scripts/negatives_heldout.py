@@ -1,8 +1,9 @@
 """How often an alignment stage's rejected items are the user's own held-out items (issue 16: why S-DPO with the
 SFT model's beam as negatives falls far below its control).
 
-The stage's preference examples come from the training split only: prompt = the training part minus its last item,
-chosen = that item, rejected = ``num_negatives`` items that are never a training item of the user. Nothing stops a
+The stage's preference examples come from the training split only (one per user, chosen = its last training item,
+or one per training position, ``align.positions=all``), rejected = ``num_negatives`` items that are never a training
+item of the user. Nothing stops a
 rejected item from being the user's validation or test target, and the stage cannot know (excluding them would leak
 held-out data): this script counts, after the fact, how often it happened. Popularity negatives rarely hit a given
 user's next item; the model's own beam is built to.
@@ -63,9 +64,11 @@ def run_hits(run_dir: str) -> dict:
     preferences = checkpoint[CHECKPOINT_KEY]
     datamodule = build_datamodule(cfg)
     datamodule.setup()
-    users = np.flatnonzero(preferences["chosen"].numpy() > 0)
-    valid, test = heldout_targets(datamodule.data)
-    hits = heldout_hits(preferences["negatives"].numpy()[users], users, valid, test)
+    data = datamodule.data
+    keys = np.flatnonzero(preferences["chosen"].numpy() > 0)  # the examples' chosen items in data.item_ids
+    users = np.searchsorted(data.offsets, keys, side="right") - 1
+    valid, test = heldout_targets(data)
+    hits = heldout_hits(preferences["negatives"].numpy()[keys], users, valid, test)
     return {"run": str(run_dir), "dataset": datamodule.data.summary(), "negatives": cfg.align.negatives,
             "seed": int(cfg.seed), **hits}
 

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from genrec.data.schema import SequenceData
+from genrec.ops.jagged import jagged_index
 
 ITEM_FEATURE = "item"
 ACTION_FEATURE = "action"
@@ -96,6 +97,36 @@ class _Example:
     seen: np.ndarray | None
     actions: np.ndarray | None = None
     user_features: np.ndarray | None = None
+
+
+def prefixes(batch: JaggedBatch) -> JaggedBatch:
+    """A training batch (:class:`TrainSequences`: ``B`` sequences, ``N`` positions) -> one row per position: row
+    ``(i, j)`` holds sequence ``i``'s inputs ``0 .. j`` and, as its one target, the next item at position ``j``.
+
+    Returns a :class:`JaggedBatch` of ``N`` rows, sequence after sequence: ``item_ids (sum_i N_i (N_i + 1) / 2,)``
+    (and the other per-input tensors sliced alike), ``target_ids (N,)``, ``user_ids (N,)``; ``seen_ids`` (when the
+    batch has them) repeat the sequence's for each of its rows; ``user_features (N, F)`` likewise.
+    """
+    row, col = jagged_index(batch.offsets)  # (N,): the sequence and position of every prefix's last input
+    sizes = col + 1
+    offsets = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
+    prefix_row, prefix_col = jagged_index(offsets)
+    take = batch.offsets[:-1][row][prefix_row] + prefix_col  # (sum sizes,) index into the batch's N axis
+
+    def per_input(values: torch.Tensor | None) -> torch.Tensor | None:
+        return None if values is None else values[take]
+
+    seen_ids = seen_offsets = None
+    if batch.seen_ids is not None:
+        seen_sizes = (batch.seen_offsets[1:] - batch.seen_offsets[:-1])[row]
+        seen_offsets = torch.cat([seen_sizes.new_zeros(1), seen_sizes.cumsum(0)])
+        seen_row, seen_col = jagged_index(seen_offsets)
+        seen_ids = batch.seen_ids[batch.seen_offsets[:-1][row][seen_row] + seen_col]
+    return JaggedBatch(item_ids=batch.item_ids[take], offsets=offsets, target_ids=batch.target_ids,
+                       user_ids=batch.user_ids[row], timestamps=per_input(batch.timestamps),
+                       query_timestamps=per_input(batch.query_timestamps), seen_ids=seen_ids,
+                       seen_offsets=seen_offsets, actions=per_input(batch.actions),
+                       user_features=None if batch.user_features is None else batch.user_features[row])
 
 
 def _with_features(example: _Example, data: SequenceData, start: int, end: int) -> _Example:

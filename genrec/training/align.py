@@ -1,16 +1,19 @@
 """Preference alignment of a generative recommender after next-token training (SFT): DPO and S-DPO.
 
 A stage starts from an SFT run's weights (``init_from=<run folder>``) with ``align=dpo`` or ``align=sdpo``. Its
-preference data comes from the training split only (:func:`preference_examples`): for every training user, the
-prompt is the user's training part without its last item, the chosen item is that last training item (never a
-validation or test item), and the ``K`` rejected items are drawn by training-split popularity or taken from the SFT
-model's own beam (its most likely wrong items, "hard negatives"), never the chosen item or one of the user's
-training items.
+preference data comes from the training split only (:func:`preference_examples`). With ``positions=last`` (the
+default) there is one example per training user: the prompt is the user's training part without its last item, the
+chosen item is that last training item (never a validation or test item). With ``positions=all`` every position of
+every training sequence is an example (the positions continued SFT trains on): the prompt is the sequence up to
+that position, the chosen item the next one. The ``K`` rejected items are drawn by training-split popularity or
+taken from the SFT model's own beam (its most likely wrong items, "hard negatives"), never the chosen item or one
+of the user's training items.
 
 The reference model is the SFT model itself, frozen: at the start of the stage (before the first step, while the
-policy still equals it) the task computes ``log pi_ref`` of every user's chosen and rejected items once and caches
-them with the negatives; nothing else of the reference is kept. The cache is saved in every checkpoint, so a
-resumed stage reads it back instead of recomputing it from weights that have moved on.
+policy still equals it) the task computes ``log pi_ref`` of every example's chosen and rejected items once and
+caches them with the negatives, keyed by the chosen item's index in ``SequenceData.item_ids``; nothing else of the
+reference is kept. The cache is saved in every checkpoint, so a resumed stage reads it back instead of recomputing
+it from weights that have moved on.
 """
 from __future__ import annotations
 
@@ -23,18 +26,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from genrec.data.batch import JaggedBatch, TrainSequences, collate
+from genrec.data.batch import JaggedBatch, TrainSequences, collate, prefixes
 from genrec.data.schema import SequenceData
-from genrec.errors import ConfigError, settings_from
+from genrec.errors import ConfigError, UserError, settings_from
 from genrec.eval.baselines import item_popularity
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import LOSSES, preference_loss
+from genrec.ops.jagged import jagged_index
 from genrec.training.generative import GenerativeTask, global_mean
 
 log = logging.getLogger("genrec.train")
 
 NEGATIVE_SOURCES = ("popularity", "beam")
 SFT_TARGETS = ("chosen", "sequence")
+POSITIONS = ("last", "all")
 CHECKPOINT_KEY = "genrec_preferences"
 
 
@@ -52,6 +57,8 @@ class AlignConfig:
             (every position of the training sequence: the loss that continued SFT, the stage's control, trains on).
         disable_dropout: train the policy without dropout, so that its log-probabilities are comparable with the
             reference's (computed in eval mode), as TRL's DPO does by default.
+        positions: the examples: ``last`` (one per training user, its last training item chosen) or ``all`` (one
+            per position of every training sequence, each next item chosen).
     """
 
     loss: str
@@ -61,6 +68,7 @@ class AlignConfig:
     sft_weight: float = 0.0
     sft_target: str = "chosen"
     disable_dropout: bool = True
+    positions: str = "last"
 
     @classmethod
     def from_config(cls, node: DictConfig | None) -> "AlignConfig | None":
@@ -82,48 +90,83 @@ class AlignConfig:
             raise ConfigError("align.sft_weight", f"got {config.sft_weight}, expected a value >= 0")
         if config.sft_target not in SFT_TARGETS:
             raise ConfigError("align.sft_target", f"got {config.sft_target!r}, expected one of {SFT_TARGETS}")
+        if config.positions not in POSITIONS:
+            raise ConfigError("align.positions", f"got {config.positions!r}, expected one of {POSITIONS}")
         return config
+
+
+def example_prompts(batch: JaggedBatch, positions: str, valid_at: torch.Tensor
+                    ) -> tuple[JaggedBatch, torch.Tensor, torch.Tensor]:
+    """A training batch (:class:`TrainSequences`) -> its preference examples: ``(prompts, keys (E,), chosen (E,))``.
+
+    ``positions="last"``: the batch itself is the prompts (``E = B``), each chosen item the last target;
+    ``"all"``: one prompt per position (:func:`~genrec.data.batch.prefixes`, ``E = N``). ``keys`` are the chosen
+    items' indices in ``SequenceData.item_ids`` (the training sequence of user ``u`` ends at ``valid_at[u]``), which
+    key the preference cache.
+    """
+    row, col = jagged_index(batch.offsets)
+    keys = valid_at[batch.user_ids][row] - batch.lengths[row] + col
+    if positions == "last":
+        last = batch.offsets[1:] - 1
+        return batch, keys[last], batch.target_ids[last]
+    return prefixes(batch), keys, batch.target_ids
 
 
 @dataclass
 class PreferenceExamples:
-    """One preference example per training user (``U`` users), from the training split only.
+    """The preference examples of the training split (``E`` examples, see :func:`example_prompts`).
 
     Attributes:
-        dataset: the users' training sequences (:class:`TrainSequences`: the prompt is an example's input items).
-        users: ``(U,)`` dense user IDs, in dataset order.
-        chosen: ``(U,)`` each user's last training item (the input sequence's last target).
+        dataset: the users' training sequences (:class:`TrainSequences`: the prompts are their input prefixes).
+        positions: ``last`` or ``all`` (:class:`AlignConfig`).
+        keys: ``(E,)`` each example's chosen item as an index into ``SequenceData.item_ids``, in order.
+        users: ``(E,)`` each example's dense user ID.
+        chosen: ``(E,)`` each example's chosen item (a training item: ``item_ids[keys]``).
         popularity: ``(num_items + 1,)`` training-split counts.
     """
 
     dataset: TrainSequences
+    positions: str
+    keys: np.ndarray
     users: np.ndarray
     chosen: np.ndarray
     popularity: np.ndarray
 
     def batches(self, batch_size: int):
-        """``(indices, JaggedBatch)`` of the examples in order; ``seen_ids`` holds each user's training items (the
+        """``(rows, prompts)`` of the examples in order, ``batch_size`` users at a time: ``rows`` index the
+        examples, ``prompts`` is their :class:`JaggedBatch`; its ``seen_ids`` hold each user's training items (the
         whole training part, also beyond a truncated prompt), which the negatives leave out."""
         data = self.dataset.data
-        for start in range(0, len(self.users), batch_size):
-            examples = [self.dataset[i] for i in range(start, min(start + batch_size, len(self.users)))]
-            for e in examples:
+        valid_at = torch.from_numpy(data.valid_at)
+        first = 0
+        for start in range(0, len(self.dataset), batch_size):
+            sequences = [self.dataset[i] for i in range(start, min(start + batch_size, len(self.dataset)))]
+            for e in sequences:
                 e.seen = data.item_ids[data.offsets[e.user]:data.valid_at[e.user]]
-            yield np.arange(start, start + len(examples)), collate(examples)
+            prompts, keys, _ = example_prompts(collate(sequences), self.positions, valid_at)
+            first += len(keys)
+            yield np.arange(first - len(keys), first), prompts
 
 
-def preference_examples(data: SequenceData, max_len: int) -> PreferenceExamples:
+def preference_examples(data: SequenceData, max_len: int, positions: str = "last") -> PreferenceExamples:
     """The examples of every user with a training sequence (at least two training items), from the training parts
-    (:class:`SequenceData`'s split) only."""
+    (:class:`SequenceData`'s split) only: the last position of each (``positions="last"``) or every one."""
     dataset = TrainSequences(data, max_len)
-    chosen = data.item_ids[data.valid_at[dataset.users] - 1]  # the last training item
-    return PreferenceExamples(dataset, dataset.users.copy(), chosen, item_popularity(data))
+    ends = data.valid_at[dataset.users]  # each training sequence's end; its last target is at ends - 1
+    if positions == "last":
+        users, keys = dataset.users.copy(), ends - 1
+    else:
+        users = np.repeat(dataset.users, dataset.lengths)
+        before = np.repeat(np.cumsum(dataset.lengths) - dataset.lengths, dataset.lengths)
+        keys = np.repeat(ends - dataset.lengths, dataset.lengths) + np.arange(len(users)) - before
+    return PreferenceExamples(dataset, positions, keys, users, data.item_ids[keys], item_popularity(data))
 
 
 def popularity_negatives(examples: PreferenceExamples, k: int, seed: int,
                          fill: np.ndarray | None = None) -> np.ndarray:
-    """``(U, k)`` items drawn ∝ training popularity without replacement per user, never the chosen item nor one of
-    the user's training items; ``fill (U, k)`` (0 = empty) keeps its non-zero entries and only the rest is drawn."""
+    """``(E, k)`` items drawn ∝ training popularity without replacement per example, never the chosen item nor
+    one of the user's training items; ``fill (E, k)`` (0 = empty) keeps its non-zero entries and only the rest is
+    drawn."""
     rng = np.random.default_rng([seed, 0x5D90])
     cdf = np.cumsum(examples.popularity / examples.popularity.sum())
     out = np.zeros((len(examples.users), k), dtype=np.int64) if fill is None else fill.copy()
@@ -145,7 +188,7 @@ def popularity_negatives(examples: PreferenceExamples, k: int, seed: int,
 @torch.no_grad()
 def beam_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k: int, batch_size: int,
                    device: torch.device) -> np.ndarray:
-    """``(U, k)`` the model's ``k`` most likely items for each prompt other than the chosen item and the user's
+    """``(E, k)`` the model's ``k`` most likely items for each prompt other than the chosen item and the user's
     training items (0 where the beam found fewer)."""
     out = np.zeros((len(examples.users), k), dtype=np.int64)
     for rows, batch in examples.batches(batch_size):
@@ -182,8 +225,9 @@ class AlignTask(GenerativeTask):
         self.align, self.seed, self.reference_batch_size = align, seed, reference_batch_size
         if align.disable_dropout:
             disable_dropout(self.model)
-        #: per dense user ID: chosen item, negatives (U, K) and the reference's log-probabilities of [chosen,
-        #: negatives] (U, 1 + K); filled once at the start of the stage or read from the checkpoint
+        #: the training sequences' ends ``valid_at``; keyed by the chosen item's index in ``item_ids``: the chosen
+        #: item, negatives (K per key) and the reference's log-probabilities of [chosen, negatives] (1 + K per key);
+        #: filled once at the start of the stage or read from the checkpoint
         self.preferences: dict[str, torch.Tensor] | None = None
         self.reference_passes = 0  # how often the reference log-probabilities were computed (once per stage)
         self.final_stats: dict[str, float] | None = None  # preference_stats of the tested weights
@@ -192,30 +236,32 @@ class AlignTask(GenerativeTask):
 
     @torch.no_grad()
     def build_preferences(self, data: SequenceData, max_len: int) -> dict[str, torch.Tensor]:
-        """Negatives and reference log-probabilities of every training user, by the model as it is now (the
+        """Negatives and reference log-probabilities of every preference example, by the model as it is now (the
         reference), in eval mode."""
         was_training = self.model.training
         self.model.eval()
-        examples = preference_examples(data, max_len)
+        examples = preference_examples(data, max_len, self.align.positions)
         k = self.align.num_negatives
         negatives = None
         if self.align.negatives == "beam":
             negatives = beam_negatives(self.model, examples, k, self.reference_batch_size, self.device)
         negatives = popularity_negatives(examples, k, self.seed, fill=negatives)
-        size = data.num_users + 1
+        keys = torch.from_numpy(examples.keys)
+        size = len(data.item_ids)
         chosen = torch.zeros(size, dtype=torch.int64)
-        chosen[examples.users] = torch.from_numpy(examples.chosen)
+        chosen[keys] = torch.from_numpy(examples.chosen)
         table = torch.zeros(size, k, dtype=torch.int64)
-        table[examples.users] = torch.from_numpy(negatives)
+        table[keys] = torch.from_numpy(negatives)
         reference = torch.zeros(size, 1 + k, dtype=torch.float32)
-        for rows, batch in examples.batches(self.reference_batch_size):
-            users = torch.from_numpy(examples.users[rows])
-            candidates = torch.cat([chosen[users, None], table[users]], dim=1)
-            log_probs = self.model.item_log_probs(batch.to(self.device), candidates.to(self.device))
-            reference[users] = log_probs.float().cpu()
+        for rows, prompts in examples.batches(self.reference_batch_size):
+            at = keys[rows]
+            candidates = torch.cat([chosen[at, None], table[at]], dim=1)
+            log_probs = self.model.item_log_probs(prompts.to(self.device), candidates.to(self.device))
+            reference[at] = log_probs.float().cpu()
         self.model.train(was_training)
         self.reference_passes += 1
-        return {"chosen": chosen, "negatives": table, "reference_log_probs": reference}
+        return {"valid_at": torch.from_numpy(data.valid_at.copy()), "chosen": chosen, "negatives": table,
+                "reference_log_probs": reference}
 
     def on_fit_start(self) -> None:
         if self.preferences is None:  # a fresh stage; a resumed one read its cache from the checkpoint
@@ -226,18 +272,18 @@ class AlignTask(GenerativeTask):
 
     @torch.no_grad()
     def preference_stats(self, data: SequenceData, max_len: int) -> dict[str, float]:
-        """The preference loss and :meth:`training_loss`'s statistics over every training user's example, by the
-        model as it is now (eval mode) against the cached reference: what the stage did to the chosen and rejected
-        items' likelihoods."""
+        """The preference loss and :meth:`training_loss`'s statistics over every preference example, by the model
+        as it is now (eval mode) against the cached reference: what the stage did to the chosen and rejected items'
+        likelihoods."""
         was_training = self.model.training
         self.model.eval()
-        examples = preference_examples(data, max_len)
+        examples = preference_examples(data, max_len, self.align.positions)
         cache, sums = self.preferences, {}
-        for rows, batch in examples.batches(self.reference_batch_size):
-            users = torch.from_numpy(examples.users[rows])
-            candidates = torch.cat([cache["chosen"][users, None], cache["negatives"][users]], dim=1)
-            policy = self.model.item_log_probs(batch.to(self.device), candidates.to(self.device)).float().cpu()
-            reference = cache["reference_log_probs"][users]
+        for rows, prompts in examples.batches(self.reference_batch_size):
+            at = torch.from_numpy(examples.keys[rows])
+            candidates = torch.cat([cache["chosen"][at, None], cache["negatives"][at]], dim=1)
+            policy = self.model.item_log_probs(prompts.to(self.device), candidates.to(self.device)).float().cpu()
+            reference = cache["reference_log_probs"][at]
             result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                      self.align.beta)
             stats = {"loss": result.losses.mean(), **result.stats(),
@@ -246,7 +292,7 @@ class AlignTask(GenerativeTask):
             for name, value in stats.items():
                 sums[name] = sums.get(name, 0.0) + float(value) * len(rows)
         self.model.train(was_training)
-        return {name: total / len(examples.users) for name, total in sums.items()}
+        return {name: total / len(examples.keys) for name, total in sums.items()}
 
     def on_test_end(self) -> None:
         """The tested weights' (the best checkpoint's) preference statistics, for :meth:`run_info` (none when the
@@ -262,35 +308,40 @@ class AlignTask(GenerativeTask):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if CHECKPOINT_KEY in checkpoint:
+            if "valid_at" not in checkpoint[CHECKPOINT_KEY]:
+                raise UserError("the checkpoint's preference cache is keyed by user (written before genrec keyed it "
+                                "by position); re-run the stage from its SFT run instead of resuming it")
             self.preferences = checkpoint[CHECKPOINT_KEY]
 
     # ---- training ----------------------------------------------------------------------------------------------
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """Training batches are whole training sequences (one example per user); the prompt is the input sequence,
-        the chosen item its last target. With ``sft_target=sequence`` the stage's loss is the control's loss (next
-        token at every position, :meth:`GenerativeTask.training_loss`) plus the preference loss."""
-        chosen = batch.target_ids[batch.offsets[1:] - 1]
-        users = batch.user_ids.cpu()
+        """Training batches are whole training sequences; their preference examples (:func:`example_prompts`) are
+        each sequence's last position or every position. With ``sft_target=sequence`` the stage's loss is the
+        control's loss (next token at every position, :meth:`GenerativeTask.training_loss`) plus the preference
+        loss."""
         cache = self.preferences
-        if not torch.equal(cache["chosen"][users].to(chosen.device), chosen):
+        valid_at = cache["valid_at"].to(batch.offsets.device)
+        prompts, keys, chosen = example_prompts(batch, self.align.positions, valid_at)
+        keys = keys.cpu()
+        if not torch.equal(cache["chosen"][keys].to(chosen.device), chosen):
             raise RuntimeError("the preference cache does not belong to this dataset (chosen items differ)")
-        candidates = torch.cat([chosen[:, None], cache["negatives"][users].to(chosen.device)], dim=1)
-        reference = cache["reference_log_probs"][users].to(self.device)
-        policy = self.model.item_log_probs(batch, candidates)  # (B, 1 + K)
+        candidates = torch.cat([chosen[:, None], cache["negatives"][keys].to(chosen.device)], dim=1)
+        reference = cache["reference_log_probs"][keys].to(self.device)
+        policy = self.model.item_log_probs(prompts, candidates)  # (E, 1 + K)
         result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                  self.align.beta)
         loss = result.losses.mean()
         weight = self.align.sft_weight
         if weight and self.align.sft_target == "chosen":
             loss = loss - weight * policy[:, 0].mean() / self.model.sids.num_levels
-        loss = global_mean(loss, batch.batch_size)
+        loss = global_mean(loss, len(keys))
         if weight and self.align.sft_target == "sequence":
             loss = loss + weight * super().training_loss(batch)
         stats = {**result.stats(), "chosen_log_ratio": (policy[:, 0] - reference[:, 0]).mean(),
                  "rejected_log_ratio": (policy[:, 1:] - reference[:, 1:]).mean()}
         for name, value in stats.items():
-            self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
+            self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=len(keys),
                      sync_dist=True)
         return loss
 
@@ -299,8 +350,10 @@ class AlignTask(GenerativeTask):
         return {**super().run_info(),
                 "align": {"loss": a.loss, "beta": a.beta, "num_negatives": a.num_negatives, "negatives": a.negatives,
                           "sft_weight": a.sft_weight, "sft_target": a.sft_target,
-                          "disable_dropout": a.disable_dropout,
-                          "examples": "one per training user: prompt = training part minus its last item, chosen = "
-                                      "that item; rejected never a training item of the user",
+                          "disable_dropout": a.disable_dropout, "positions": a.positions,
+                          "examples": ("one per training user: prompt = training part minus its last item, chosen = "
+                                       "that item" if a.positions == "last" else
+                                       "one per position of every training sequence: prompt = the sequence up to "
+                                       "it, chosen = the next item") + "; rejected never a training item of the user",
                           "reference": "the initial (SFT) weights; log-probabilities computed once and cached",
                           "tested_weights_on_training_examples": self.final_stats}}

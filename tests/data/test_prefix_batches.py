@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences
+from genrec.data.batch import EvalSequences, JaggedBatch, TrainPrefixes, TrainSequences, collate, prefixes
 from genrec.data.samplers import TrainBatchSampler
 from genrec.data.datamodule import SequenceDataModule
 
@@ -17,6 +17,29 @@ def test_prefixes_are_every_training_target_with_the_items_before_it(data):
     got = [(ex.user, ex.items.tolist(), int(ex.targets[0])) for ex in (prefixes[i] for i in range(len(prefixes)))]
     assert got == expected  # the last training item is a target, the validation and test items never are
     assert prefixes.lengths.tolist() == [len(items) for _, items, _ in expected]
+
+
+def test_prefixes_of_a_sequence_batch_are_its_prefix_examples(data):
+    """``prefixes`` of a batch of whole training sequences = the :class:`TrainPrefixes` examples of those users (no
+    truncation: every prefix fits max_len)."""
+    sequences, examples = TrainSequences(data, 1000), TrainPrefixes(data, 1000)
+    got = prefixes(collate([sequences[i] for i in range(len(sequences))]))
+    expected = collate([examples[i] for i in range(len(examples))])
+    for name in ("item_ids", "offsets", "target_ids", "user_ids", "timestamps", "query_timestamps"):
+        assert torch.equal(getattr(got, name), getattr(expected, name)), name
+
+
+def test_prefixes_hand_checked():
+    batch = JaggedBatch(item_ids=torch.tensor([1, 2, 3, 7, 8]), offsets=torch.tensor([0, 3, 5]),
+                        target_ids=torch.tensor([2, 3, 4, 8, 9]), user_ids=torch.tensor([5, 6]),
+                        seen_ids=torch.tensor([1, 2, 3, 4, 7, 8, 9]), seen_offsets=torch.tensor([0, 4, 7]),
+                        user_features=torch.tensor([[10], [20]]))
+    rows = prefixes(batch)
+    assert rows.item_ids.tolist() == [1, 1, 2, 1, 2, 3, 7, 7, 8] and rows.offsets.tolist() == [0, 1, 3, 6, 7, 9]
+    assert rows.target_ids.tolist() == [2, 3, 4, 8, 9] and rows.user_ids.tolist() == [5, 5, 5, 6, 6]
+    assert rows.seen_offsets.tolist() == [0, 4, 8, 12, 15, 18]
+    assert rows.seen_ids.tolist() == [1, 2, 3, 4] * 3 + [7, 8, 9] * 2
+    assert rows.user_features.tolist() == [[10]] * 3 + [[20]] * 2
 
 
 def test_lengths_match_the_examples(data):

@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from genrec.conf import CONF_DIR, compose_config
+from genrec.data.batch import JaggedBatch, collate
 from genrec.data.datamodule import load_dataset
 from genrec.data.schema import SequenceData
 from genrec.errors import ConfigError, UserError
 from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
 from genrec.models.preference import preference_loss
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.training.align import AlignConfig, AlignTask, beam_negatives, popularity_negatives, preference_examples
+from genrec.training.align import (CHECKPOINT_KEY, AlignConfig, AlignTask, beam_negatives, example_prompts,
+                                   popularity_negatives, preference_examples)
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
 from genrec.training.generative import GenerativeTask
@@ -95,7 +97,8 @@ def _with_other_held_out_items(data: SequenceData, seed: int) -> SequenceData:
     return SequenceData(data.name, items, data.offsets, data.timestamps, data.item_raw_ids, data.user_raw_ids)
 
 
-def test_preference_data_never_touches_validation_or_test_items(workdir):
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_preference_data_never_touches_validation_or_test_items(workdir, positions):
     cfg = _compose(_base(workdir) + ["align=dpo"])
     dm = build_datamodule(cfg)
     dm.setup()
@@ -103,19 +106,74 @@ def test_preference_data_never_touches_validation_or_test_items(workdir):
     task = build_task(cfg, data.num_items, data.item_raw_ids).eval()
     made = {}
     for name, d in (("original", data), ("other held-out items", _with_other_held_out_items(data, 1))):
-        examples = preference_examples(d, dm.max_len)
+        examples = preference_examples(d, dm.max_len, positions)
         prompts = [list(b.item_ids.tolist()) for _, b in examples.batches(50)]
-        made[name] = (examples.users, examples.chosen, examples.popularity, prompts,
+        made[name] = (examples.keys, examples.users, examples.chosen, examples.popularity, prompts,
                       popularity_negatives(examples, 5, seed=0),
                       beam_negatives(task.model, examples, 4, 50, torch.device("cpu")))
     for a, b in zip(*made.values()):
         assert np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
-    users, chosen, _, _, popular, hard = made["original"]
+    keys, users, chosen, _, prompts, popular, hard = made["original"]
+    # the examples: each training user's last training item, or every target of its training sequence (max_len
+    # inputs at most), user after user
+    expected = [(u, end) for u in np.flatnonzero(data.train_lengths >= 2)
+                for end in range(int(data.valid_at[u]) - 1 if positions == "last" else
+                                 max(int(data.offsets[u]) + 1, int(data.valid_at[u]) - dm.max_len),
+                                 int(data.valid_at[u]))]
+    assert [(int(u), int(k)) for u, k in zip(users, keys)] == expected
+    assert np.array_equal(chosen, data.item_ids[keys])
+    assert len(popular) == len(hard) == len(keys)
     for row, user in enumerate(users):
         training = set(data.sequence(user)[:-2].tolist())
-        assert chosen[row] == data.sequence(user)[-3]  # the last training item
+        if positions == "last":
+            assert chosen[row] == data.sequence(user)[-3]  # the last training item
         assert not set(popular[row].tolist()) & training and len(set(popular[row].tolist())) == 5
         assert not set(hard[row].tolist()) & training
+
+
+def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sft_likelihood(workdir):
+    """``positions=all``: the cached reference log-probability of each chosen item equals, for a few users, the
+    model's log-probability of that item after the prompt built by hand (the training window up to it, scored
+    without the KV cache), and for every example the teacher-forced log-probability of the whole sequence at that
+    position (one pass, as next-token training computes it); the examples' last positions carry the same chosen
+    items and reference log-probabilities as ``positions=last``."""
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3", "align.positions=all"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    data = dm.data
+    task = build_task(cfg, data.num_items, data.item_raw_ids).eval()
+    cache = task.build_preferences(data, dm.max_len)
+    examples = preference_examples(data, dm.max_len, "all")
+    for user in np.unique(examples.users)[:4]:
+        for key in examples.keys[examples.users == user]:
+            start = max(int(data.offsets[user]), int(data.valid_at[user]) - dm.max_len - 1)  # the training window
+            prompt = JaggedBatch(item_ids=torch.tensor(data.item_ids[start:key]),
+                                 offsets=torch.tensor([0, key - start]), target_ids=torch.zeros(1, dtype=torch.int64),
+                                 user_ids=torch.tensor([user]))
+            candidates = torch.cat([cache["chosen"][key, None], cache["negatives"][key]])[None]
+            with torch.no_grad():
+                by_hand = task.model.item_log_probs(prompt, candidates, use_cache=False)[0]
+            assert torch.allclose(cache["reference_log_probs"][key], by_hand, atol=1e-5)
+    teacher_forced = torch.zeros(len(data.item_ids))
+    sequences = examples.dataset
+    with torch.no_grad():
+        for first in range(0, len(sequences), 64):
+            batch = collate([sequences[i] for i in range(first, min(first + 64, len(sequences)))])
+            out = task.model.target_log_probs(batch)
+            per_item = out.code_log_probs(task.model.sids.codes[out.items]).sum(1)
+            keys = example_prompts(batch, "all", cache["valid_at"])[1]  # (N,) in the batch's position order
+            predicted = out.positions >= 0
+            teacher_forced[keys[out.positions[predicted]]] = per_item[predicted]
+    at = torch.from_numpy(examples.keys)
+    assert torch.allclose(cache["reference_log_probs"][at, 0], teacher_forced[at], atol=1e-4)
+    last = build_task(_compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"]), data.num_items,
+                      data.item_raw_ids).eval()
+    last.model.load_state_dict(task.model.state_dict())
+    last_cache = last.build_preferences(data, dm.max_len)
+    ends = torch.from_numpy(preference_examples(data, dm.max_len, "last").keys)
+    assert int((last_cache["chosen"] > 0).sum()) == len(ends) and int((cache["chosen"] > 0).sum()) == len(at)
+    assert torch.equal(last_cache["chosen"][ends], cache["chosen"][ends])
+    assert torch.allclose(last_cache["reference_log_probs"][ends, 0], cache["reference_log_probs"][ends, 0], atol=1e-5)
 
 
 def test_beam_negatives_are_the_models_top_wrong_items(workdir):
@@ -188,6 +246,30 @@ def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
     assert stats["reward_accuracy"] == 0.0
 
 
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_at_the_reference_weights_every_training_batch_loss_is_neutral(workdir, positions):
+    """Before any step the policy is the reference: every example's rewards are 0, so S-DPO's loss is log(1 + K)
+    on every training batch; this needs each example's cached negatives and reference read back at its own key."""
+    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3", f"align.positions={positions}"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    task.train()  # dropout is off in alignment stages (align.disable_dropout)
+    with torch.no_grad():
+        for batch in dm.train_dataloader():
+            assert float(task.training_loss(batch)) == pytest.approx(math.log(4), abs=1e-5)
+
+
+def test_a_checkpoint_with_a_per_user_preference_cache_is_refused(workdir):
+    cfg = _compose(_base(workdir) + ["align=sdpo"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    with pytest.raises(UserError, match="keyed by user"):
+        task.on_load_checkpoint({CHECKPOINT_KEY: {"chosen": torch.zeros(3), "negatives": torch.zeros(3, 8)}})
+
+
 def test_the_sequence_next_token_term_adds_the_controls_loss(workdir):
     """``sft_target=sequence``: the stage's loss is the preference loss plus weight x the loss continued SFT trains
     on (every position); ``chosen``: minus weight x the chosen item's mean log-probability per code."""
@@ -226,6 +308,7 @@ def test_align_and_distill_settings_are_checked():
     for override, message in [("align.beta=0", "align.beta: got 0"), ("align.negatives=random", "align.negatives"),
                               ("align.num_negatives=0", "align.num_negatives: got 0"),
                               ("align.sft_target=all", "align.sft_target: got 'all'"),
+                              ("align.positions=every", "align.positions: got 'every'"),
                               ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
         with pytest.raises(ConfigError, match=message):
             AlignConfig.from_config(_compose(["align=dpo", override]).align)
