@@ -523,23 +523,27 @@ POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty"}
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_cosine": "SID-GPT, SFT with a cosine learning-rate decay",
                "sft_cosine_items": "SID-GPT with item-ID inputs, SFT with a cosine learning-rate decay",
+               "sft_conv": "SID-GPT, SFT to early stopping",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
                "sdpo_beam": "SFT + S-DPO, beam (hard) negatives",
                "sdpo_seq_beam": "SFT + S-DPO + the control's next-token loss, beam (hard) negatives",
-               "sdpo_seq": "SFT + S-DPO + the control's next-token loss at every position",
+               "sdpo_seq": "SFT + S-DPO + the control's next-token loss",
                "sdpo_seq_dropout": "SFT + S-DPO + the control's next-token loss, dropout on as in the control",
-               "sdpo_seq_beta1": "SFT + S-DPO (beta 1) + the control's next-token loss at every position",
+               "sdpo_seq_beta1": "SFT + S-DPO (beta 1) + the control's next-token loss",
+               "sdpo_all": "SFT + S-DPO, preference examples at every position",
+               "sdpo_seq_all": "SFT + S-DPO with preference examples at every position + the control's next-token "
+                               "loss",
                "sft_more_nodrop": "SFT + continued SFT without dropout (as the alignment stages train)",
-               "sft_more_nodrop_lr5e-5": "SFT + continued SFT without dropout, lr 5e-5",
-               "sdpo_seq_lr5e-5": "SFT + S-DPO + the control's next-token loss, lr 5e-5",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
                "llm_lora": "LLM backbone (llama, random init), LoRA"}
 #: the preference-alignment stages (POST_STAGES keys), in table order
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
-                "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_seq_lr5e-5")
+                "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_all", "sdpo_seq_all")
+#: run-name suffixes of the script's variants (its SFT_TAG and STAGE_TAG) after a POST_STAGES name -> what they change
+POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5"}
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
 POST_NOTES = {
     "synthetic": [
@@ -640,6 +644,34 @@ def _stage(run: dict) -> str:
     return run["name"][len(_post_prefix(run)):run["name"].rindex("_seed")]
 
 
+def _split_tags(stage: str) -> tuple[str, list[str]]:
+    """A stage's name -> its POST_STAGES name and the POST_TAGS suffixes after it (``sdpo_seq_conv_lr5e-5`` ->
+    ``sdpo_seq``, ``[_conv, _lr5e-5]``); an unknown name comes back whole."""
+    base, tags = stage, []
+    while base not in POST_STAGES:
+        tag = next((t for t in POST_TAGS if base.endswith(t)), None)
+        if tag is None:
+            return stage, []
+        base, tags = base[:-len(tag)], [tag, *tags]
+    return base, tags
+
+
+def _stage_label(stage: str) -> str:
+    base, tags = _split_tags(stage)
+    return POST_STAGES.get(base, stage) + "".join(f", {POST_TAGS[t]}" for t in tags)
+
+
+def _stage_order(stage: str) -> tuple[int, list[str]]:
+    """Table order: by POST_STAGES, each stage's tagged variants after it."""
+    base, tags = _split_tags(stage)
+    return list(POST_STAGES).index(base) if base in POST_STAGES else len(POST_STAGES), tags
+
+
+def _stages_of(by_stage: dict[str, list[dict]], bases) -> list[str]:
+    """The stages of ``by_stage`` whose POST_STAGES name is one of ``bases``, in table order."""
+    return sorted((s for s in by_stage if _split_tags(s)[0] in bases), key=_stage_order)
+
+
 def _dropout_off(run: dict) -> bool:
     """Whether a post-training run trained without dropout (an alignment stage's default, or the control
     ``sft_more_nodrop``)."""
@@ -647,16 +679,18 @@ def _dropout_off(run: dict) -> bool:
 
 
 def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> list[str]:
-    """One line per stage: its test NDCG@10 against ``control_stage``'s run of the same seed and learning rate;
-    the S-DPO goal is judged against the matched control only (the one that trains with or without dropout as the
-    stage does)."""
-    def seed_and_lr(run: dict) -> tuple:
-        return run["seed"], run["config"]["optim"]["lr"]
+    """One line per stage: its test NDCG@10 against ``control_stage``'s run from the same SFT run (its folder's
+    name without the seed), seed and learning rate; the S-DPO goal is judged against the matched control only (the
+    one that trains with or without dropout as the stage does)."""
+    def start(run: dict) -> tuple:
+        checkpoint = (run.get("init_from") or {}).get("checkpoint")
+        sft = Path(checkpoint).parent.parent.name.rsplit("-", 1)[0] if checkpoint else None
+        return sft, run["seed"], run["config"]["optim"]["lr"]
 
-    control = {seed_and_lr(r): r for r in by_stage.get(control_stage, [])}
+    control = {start(r): r for r in by_stage.get(control_stage, [])}
     lines = []
-    for stage in (*ALIGN_STAGES, "sft_more_nodrop", "distill"):
-        paired = [(r, control[seed_and_lr(r)]) for r in by_stage.get(stage, []) if seed_and_lr(r) in control]
+    for stage in _stages_of(by_stage, (*ALIGN_STAGES, "sft_more_nodrop", "distill")):
+        paired = [(r, control[start(r)]) for r in by_stage.get(stage, []) if start(r) in control]
         if not paired or stage == control_stage:
             continue
         changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
@@ -665,8 +699,8 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> lis
         if stage.startswith("sdpo") and matched:
             verdict = (" — goal (+{:.0%}) {}".format(GOAL_SDPO, "met" if statistics.mean(changes) >= GOAL_SDPO
                                                         else "**not** met"))
-        lines.append(f"- `{POST_STAGES[stage]}`{'' if matched else ' (dropout differs)'} vs "
-                     f"`{POST_STAGES[control_stage]}`, test NDCG@10 per seed "
+        lines.append(f"- `{_stage_label(stage)}`{'' if matched else ' (dropout differs)'} vs "
+                     f"`{_stage_label(control_stage)}`, test NDCG@10 per seed "
                      f"({', '.join(f'{c:+.1%}' for c in changes)}): mean **{statistics.mean(changes):+.1%}**"
                      f"{verdict}.")
     return lines
@@ -740,10 +774,8 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     out = heading + [
            "| model | " + " | ".join(columns) + " | invalid | test log p(target) | trainable params | seeds | "
            "epochs (best), train time | source |", "|---|" + "---|" * (len(columns) + 7)]
-    for stage, label in POST_STAGES.items():
-        stage_runs = by_stage.get(stage)
-        if not stage_runs:
-            continue
+    for stage in _stages_of(by_stage, POST_STAGES):
+        stage_runs, label = by_stage[stage], _stage_label(stage)
         tests = [r["metrics"]["test"] for r in stage_runs]
         cells = [_cell([t[c] for t in tests]) for c in columns]
         extra = [_cell([t["invalid_rate"] for t in tests if "invalid_rate" in t]),
@@ -757,38 +789,41 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     for name, metrics in first["baselines"].items():
         out.append(f"| {name} (baseline) | " + " | ".join(_cell([metrics["test"][c]]) for c in columns) +
                    f" | – | – | – | – | – | `results/{first['name']}.json` |")
-    by_model = {POST_STAGES.get(s, s): rs for s, rs in by_stage.items()}
+    by_model = {_stage_label(s): rs for s, rs in by_stage.items()}
     out += ["", f"Commits: {_commits(runs)}.", ""]
     out += below_baselines(by_model)
     best_name, best = max(first["baselines"].items(), key=lambda kv: kv[1]["test"]["recall@10"])
     recall, users = best["test"]["recall@10"], summary["users"]
     out += [f"The test set has {users:,} users: the binomial standard error of a recall@10 near {recall:.3f} "
             f"(`{best_name}`) is {math.sqrt(recall * (1 - recall) / users):.4f}.", ""]
-    for control_stage, intro in (
-            ("sft_more", "Each stage against continued SFT from the same checkpoint (same seed, same extra epochs, "
-                         "dropout on as in SFT):"),
-            ("sft_more_nodrop", "The same against continued SFT without dropout, the matched control of the "
-                                "alignment stages that train without it (`align.disable_dropout`, the default):"),
-            ("sft_more_nodrop_lr5e-5", "At a tenth of the stages' learning rate (`STAGE_LR=5e-5 STAGE_TAG=_lr5e-5`), "
-                                       "against continued SFT without dropout at that rate:")):
+    intros = {"sft_more": "Each stage against continued SFT from the same checkpoint (same seed, same extra epochs, "
+                          "dropout on as in SFT):",
+              "sft_more_nodrop": "The same against continued SFT without dropout, the matched control of the "
+                                 "alignment stages that train without it (`align.disable_dropout`, the default):"}
+    for control_stage in _stages_of(by_stage, ("sft_more", "sft_more_nodrop")):
         lines = _against_control(by_stage, control_stage)
         if lines:
+            intro = intros.get(control_stage, f"Against `{_stage_label(control_stage)}` (the stages from the same "
+                                              "SFT run, with the same seed and learning rate):")
             out += [intro, ""] + lines + [""]
     out += POST_NOTES.get(POST_PREFIXES[prefix], [])
-    aligned = [(s, by_stage[s]) for s in ALIGN_STAGES if by_stage.get(s)
-               and all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
+    aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
+               if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:
         keys = ["loss", "chosen_reward", "rejected_reward", "reward_margin", "reward_accuracy", "chosen_log_ratio",
                 "rejected_log_ratio"]
-        out += ["Preference statistics of the tested weights over every training user's example (chosen = the last "
-                "training item), against the cached SFT reference; rewards are β·(log π − log π_ref), log-ratios "
-                "log π − log π_ref in nats (a negative chosen log-ratio: the chosen item became less likely, DPO's "
-                "known failure). Mean over seeds.", "",
-                "| stage | β | negatives | " + " | ".join(keys) + " |", "|---|---|---|" + "---|" * len(keys)]
+        out += ["Preference statistics of the tested weights over the stage's own preference examples (examples "
+                "`last`: each training user's, chosen = its last training item; `all`: every position of every "
+                "training sequence), against the cached SFT reference; rewards are β·(log π − log π_ref), "
+                "log-ratios log π − log π_ref in nats (a negative chosen log-ratio: the chosen item became less "
+                "likely, DPO's known failure). Mean over seeds.", "",
+                "| stage | β | negatives | examples | " + " | ".join(keys) + " |",
+                "|---|---|---|---|" + "---|" * len(keys)]
         for stage, stage_runs in aligned:
             a = stage_runs[0]["align"]
             stats = [r["align"]["tested_weights_on_training_examples"] for r in stage_runs]
-            out.append(f"| {POST_STAGES[stage]} | {a['beta']:g} | {a['num_negatives']} {a['negatives']} | " +
+            out.append(f"| {_stage_label(stage)} | {a['beta']:g} | {a['num_negatives']} {a['negatives']} | "
+                       f"{a.get('positions', 'last')} | " +
                        " | ".join(f"{statistics.mean(s[k] for s in stats):+.4f}" for k in keys) + " |")
         out.append("")
     return out
@@ -804,7 +839,7 @@ def curve_tables(files: list[dict]) -> list[str]:
 
         def label(run: dict) -> str:
             named = {"name": run["results_name"] or ""}
-            return POST_STAGES.get(_stage(named), run["results_name"]) if _post_prefix(named) else run["run"]
+            return _stage_label(_stage(named)) if _post_prefix(named) else run["run"]
 
         generative = [run for run in r["runs"] if run["model"] != "sasrec"]
         width = max(start(run) + run["epochs_run"] for run in generative)

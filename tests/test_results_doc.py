@@ -15,15 +15,28 @@ def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
 def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
     doc = load_script("make_results_doc")
 
-    def run(stage: str, seed: int, lr: float, ndcg: float) -> dict:
+    def run(stage: str, seed: int, lr: float, ndcg: float, sft: str = "sft") -> dict:
         return {"name": f"beauty_post_{stage}_seed{seed}", "seed": seed, "config": {"optim": {"lr": lr}},
+                "init_from": {"checkpoint": f"/x/runs/{sft}-{seed}/checkpoints/best.ckpt"},
                 "align": {"disable_dropout": stage.startswith("sdpo")}, "metrics": {"test": {"ndcg@10": ndcg}}}
 
     by_stage = {"sft_more_nodrop": [run("sft_more_nodrop", 1, 5e-4, 0.030)],
                 "sft_more_nodrop_lr5e-5": [run("sft_more_nodrop_lr5e-5", 1, 5e-5, 0.040)],
                 "sdpo_seq_lr5e-5": [run("sdpo_seq_lr5e-5", 1, 5e-5, 0.044)],
-                "sdpo_seq": [run("sdpo_seq", 1, 5e-4, 0.027), run("sdpo_seq", 2, 5e-4, 0.028)]}
+                "sdpo_seq": [run("sdpo_seq", 1, 5e-4, 0.027), run("sdpo_seq", 2, 5e-4, 0.028)],
+                "sft_more_nodrop_conv": [run("sft_more_nodrop_conv", 1, 5e-4, 0.050, sft="sft_conv")],
+                "sdpo_seq_conv": [run("sdpo_seq_conv", 1, 5e-4, 0.050, sft="sft_conv")]}
     low = doc._against_control(by_stage, "sft_more_nodrop_lr5e-5")
     assert len(low) == 1 and "(+10.0%)" in low[0] and "goal (+5%) met" in low[0]
     high = doc._against_control(by_stage, "sft_more_nodrop")
-    assert len(high) == 1 and "(-10.0%)" in high[0]  # seed 2 has no control; the lr 5e-5 stage another rate
+    assert len(high) == 1 and "(-10.0%)" in high[0]  # seed 2 has no control; the others another rate or SFT run
+    converged = doc._against_control(by_stage, "sft_more_nodrop_conv")
+    assert len(converged) == 1 and "(+0.0%)" in converged[0] and "early stopping" in converged[0]
+
+
+def test_stage_names_split_into_a_stage_and_its_variant_tags():
+    doc = load_script("make_results_doc")
+    assert doc._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
+    assert doc._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
+    assert doc._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
+    assert doc._stage_label("sft_more_nodrop_lr5e-5") == (doc.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")

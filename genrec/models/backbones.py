@@ -29,11 +29,13 @@ from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
 
 class TokenBackbone(nn.Module):
     """Interface. ``dim``: the width ``D``; ``supports_cache``: whether ``prefill``/``step``/``select`` exist;
+    ``supports_branching``: whether ``prefill(..., every_state=True)`` and ``branch`` exist too;
     ``owns_vocabulary``: whether the generator's tokens live in the backbone's own vocabulary (``add_tokens``,
     ``embed``, ``logits``) instead of a token table of the generator's."""
 
     dim: int
     supports_cache: bool = False
+    supports_branching: bool = False
     owns_vocabulary: bool = False
 
     def add_tokens(self, count: int) -> None:
@@ -64,6 +66,12 @@ class TokenBackbone(nn.Module):
         """The cache of rows ``rows (R,)`` (reordered, repeated or dropped)."""
         raise NotImplementedError(f"{type(self).__name__} has no KV cache")
 
+    def branch(self, cache: Any, seen: torch.Tensor) -> Any:
+        """A prefilled cache of ``B`` sequences -> the cache of ``B * W`` rows, ``W`` per sequence (user after
+        user), row ``(b, w)`` continuing the first ``seen[b, w]`` tokens of sequence ``b`` only (``seen (B, W)``,
+        counted from its first real token); :meth:`step` then attends to those tokens and the row's own."""
+        raise NotImplementedError(f"{type(self).__name__} cannot branch its cache")
+
 
 class EncoderBackbone(TokenBackbone):
     """Any genrec :class:`SequenceEncoder` (e.g. HSTU), without a KV cache."""
@@ -87,6 +95,7 @@ class CachedSASRec(EncoderBackbone):
     """
 
     supports_cache = True
+    supports_branching = True
 
     def __init__(self, encoder: SASRec):
         super().__init__(encoder)
@@ -103,7 +112,9 @@ class CachedSASRec(EncoderBackbone):
         rows, length, _ = x.shape
         return block.attn.qkv(block.norm1(x)).view(rows, length, 3, block.attn.num_heads, -1).permute(2, 0, 3, 1, 4)
 
-    def prefill(self, x: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+    def prefill(self, x: torch.Tensor, valid: torch.Tensor, every_state: bool = False
+                ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """As :meth:`TokenBackbone.prefill`; ``every_state``: the ``(B, T, D)`` states after every token."""
         rows, length, dim = x.shape
         positions = (valid.long().cumsum(1) - 1).clamp(min=0)
         causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
@@ -119,7 +130,7 @@ class CachedSASRec(EncoderBackbone):
             h = h + block.ffn(block.norm2(h))
             cache["keys"].append(k)
             cache["values"].append(v)
-        return self.encoder.final_norm(h[:, -1]), cache
+        return self.encoder.final_norm(h if every_state else h[:, -1]), cache
 
     def step(self, x: torch.Tensor, cache: dict[str, Any]) -> torch.Tensor:
         valid = cache["valid"]
@@ -127,6 +138,10 @@ class CachedSASRec(EncoderBackbone):
         rows, dim = x.shape
         width = rows // users
         h = self._embed(x, cache["next_position"])[:, None]  # (R, 1, D)
+        hidden = ~valid[:, None, None, :]  # (B, 1, 1 or W, T): the history keys a row does not see
+        if "history_end" in cache:  # a branched cache: each row sees its user's history up to its own end
+            columns = torch.arange(history, device=x.device)
+            hidden = hidden | (columns >= cache["history_end"].view(users, 1, width, 1))
         for i, block in enumerate(self.encoder.blocks):
             q, k, v = self._qkv(block, h)  # (R, H, 1, D / H)
             heads, head_dim = q.shape[1], q.shape[3]
@@ -135,8 +150,7 @@ class CachedSASRec(EncoderBackbone):
             cache["own_keys"][i], cache["own_values"][i] = own_keys, own_values
             q = q * head_dim ** -0.5
             by_user = q.view(users, width, heads, head_dim).transpose(1, 2)  # (B, H, W, D / H)
-            on_history = (by_user @ cache["keys"][i].transpose(-1, -2)).masked_fill(  # (B, H, W, T)
-                ~valid[:, None, None, :], float("-inf"))
+            on_history = (by_user @ cache["keys"][i].transpose(-1, -2)).masked_fill(hidden, float("-inf"))
             on_own = (q @ own_keys.transpose(-1, -2)).view(users, width, heads, -1).transpose(1, 2)  # (B, H, W, t)
             weights = torch.softmax(torch.cat([on_history, on_own], dim=-1), dim=-1)
             y = (weights[..., :history] @ cache["values"][i]).transpose(1, 2).reshape(rows, heads, 1, head_dim)
@@ -150,8 +164,20 @@ class CachedSASRec(EncoderBackbone):
         def pick(tensors):
             return [None if t is None else t[rows] for t in tensors]
 
-        return {**cache, "own_keys": pick(cache["own_keys"]), "own_values": pick(cache["own_values"]),
-                "next_position": cache["next_position"][rows]}
+        picked = {**cache, "own_keys": pick(cache["own_keys"]), "own_values": pick(cache["own_values"]),
+                  "next_position": cache["next_position"][rows]}
+        if "history_end" in cache:
+            picked["history_end"] = cache["history_end"][rows]
+        return picked
+
+    def branch(self, cache: dict[str, Any], seen: torch.Tensor) -> dict[str, Any]:
+        users, width = seen.shape
+        first = cache["valid"].shape[1] - cache["valid"].long().sum(1)  # (B,) each row's first real column
+        rows = torch.arange(users, device=seen.device).repeat_interleave(width)
+        branched = self.select(cache, rows)
+        branched["history_end"] = (first[:, None] + seen).flatten()  # (B * W,) exclusive column
+        branched["next_position"] = seen.flatten()
+        return branched
 
 
 def as_backbone(module: nn.Module) -> TokenBackbone:

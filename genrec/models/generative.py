@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genrec.data.batch import JaggedBatch
+from genrec.data.batch import JaggedBatch, prefixes
 from genrec.errors import UserError
 from genrec.models.beam import BeamResult, Decoder, beam_search
 from genrec.models.semantic_ids import SemanticIDs
@@ -89,6 +89,12 @@ class GenerativeRecommender(nn.Module):
         per-level log-probabilities of the item's code tuple (each level a softmax over that level's codes).
         Differentiable (preference alignment trains through it)."""
         raise NotImplementedError
+
+    def prefix_item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """:meth:`item_log_probs` after every position of a training batch (``N`` positions): ``items (N, M)`` ->
+        ``(N, M)``, each given its sequence up to and including that position (one prompt per position,
+        :func:`~genrec.data.batch.prefixes`); a model may compute it without building those prompts."""
+        return self.item_log_probs(prefixes(batch), items)
 
     def decoder(self, batch: JaggedBatch, use_cache: bool = True) -> Decoder:
         """Decoding state for the batch's users (``use_cache=False``: recompute everything at every step)."""

@@ -164,6 +164,52 @@ class SIDGenerator(GenerativeRecommender):
                             for level in range(self.sids.num_levels)], dim=1)
         return logp.sum(1).view(items.shape)
 
+    def prefix_item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """Differentiable :meth:`item_log_probs` at every position of a training batch (:class:`TrainSequences`:
+        ``B`` sequences, ``N`` positions): ``items (N, M)`` candidates for the item after each position ->
+        ``(N, M)`` log-probabilities, each given its sequence up to and including that position, i.e.
+        ``item_log_probs(prefixes(batch), items)``. With a backbone that branches its cache (genrec's SASRec) the
+        whole sequences run once and each candidate adds its ``L - 1`` code tokens, attending to its own prefix."""
+        if not self.backbone.supports_branching:
+            return super().prefix_item_log_probs(batch, items)
+        levels, width, users = self.sids.num_levels, items.shape[1], batch.batch_size
+        x, valid = self._left_padded(*self._history(batch))
+        states, cache = self.backbone.prefill(x, valid, every_state=True)  # (B, T, D)
+        row, col = jagged_index(batch.offsets)  # the sequence and position of each of the N prefixes
+        seen = 1 + (col + 1) * levels  # each prefix's tokens: the start token and the codes of items 0 .. col
+        first = valid.shape[1] - valid.long().sum(1)  # (B,) each sequence's first real column
+        codes = self.sids.codes[items]  # (N, M, L)
+        total = self._level_log_probs(states[row, first[row] + seen - 1], 0).gather(1, codes[..., 0])
+        # one row per (sequence, position slot, candidate), the same number per sequence; unused slots see the start
+        # token only and are dropped below
+        slots = int(batch.lengths.max())
+        slot = row * slots + col  # (N,)
+        slot_seen = torch.ones(users * slots, dtype=torch.int64, device=items.device)
+        slot_seen[slot] = seen
+        cache = self.backbone.branch(cache, slot_seen.view(users, slots).repeat_interleave(width, dim=1))
+        slot_codes = codes.new_zeros(users * slots, width, levels)
+        slot_codes[slot] = codes
+        slot_codes = slot_codes.flatten(0, 1)  # (B * slots * M, L)
+        for level in range(levels - 1):
+            step = self.backbone.step(self.embed(slot_codes[:, level] + self.sids.offsets[level]), cache)
+            logp = self._level_log_probs(step, level + 1).gather(1, slot_codes[:, level + 1:level + 2])
+            total = total + logp.view(users * slots, width)[slot]
+        return total
+
+    def _left_padded(self, tokens: torch.Tensor, offsets: torch.Tensor, token_items: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Jagged token sequences (:meth:`_sequences`) -> ``(B, T, D)`` input embeddings, left-padded so that every
+        row ends at the last column, and ``(B, T)`` bool: which are real tokens."""
+        lengths = offsets[1:] - offsets[:-1]
+        longest = int(lengths.max())
+        row, col = jagged_index(offsets)
+        padded = torch.zeros(len(lengths), longest, dtype=torch.int64, device=tokens.device)
+        padded_items = torch.zeros_like(padded)
+        valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
+        at = (row, col + longest - lengths[row])
+        padded[at], padded_items[at], valid[at] = tokens, token_items, True
+        return self.embed(padded, padded_items), valid
+
     def decoder(self, batch: JaggedBatch, use_cache: bool = True):
         if use_cache and self.backbone.supports_cache:
             return _CachedDecoder(self, *self._history(batch))
@@ -175,15 +221,7 @@ class _CachedDecoder:
 
     def __init__(self, model: SIDGenerator, tokens: torch.Tensor, offsets: torch.Tensor, token_items: torch.Tensor):
         self.model = model
-        lengths = offsets[1:] - offsets[:-1]
-        longest = int(lengths.max())
-        row, col = jagged_index(offsets)
-        padded = torch.zeros(len(lengths), longest, dtype=torch.int64, device=tokens.device)
-        padded_items = torch.zeros_like(padded)
-        valid = torch.zeros(len(lengths), longest, dtype=torch.bool, device=tokens.device)
-        at = (row, col + longest - lengths[row])  # left padding: every row ends at the last column
-        padded[at], padded_items[at], valid[at] = tokens, token_items, True
-        self.first_states, self.cache = model.backbone.prefill(model.embed(padded, padded_items), valid)
+        self.first_states, self.cache = model.backbone.prefill(*model._left_padded(tokens, offsets, token_items))
 
     def start(self) -> torch.Tensor:
         return self.model._level_log_probs(self.first_states, 0)

@@ -95,26 +95,31 @@ class AlignConfig:
         return config
 
 
-def example_prompts(batch: JaggedBatch, positions: str, valid_at: torch.Tensor
-                    ) -> tuple[JaggedBatch, torch.Tensor, torch.Tensor]:
-    """A training batch (:class:`TrainSequences`) -> its preference examples: ``(prompts, keys (E,), chosen (E,))``.
-
-    ``positions="last"``: the batch itself is the prompts (``E = B``), each chosen item the last target;
-    ``"all"``: one prompt per position (:func:`~genrec.data.batch.prefixes`, ``E = N``). ``keys`` are the chosen
-    items' indices in ``SequenceData.item_ids`` (the training sequence of user ``u`` ends at ``valid_at[u]``), which
-    key the preference cache.
-    """
+def example_keys(batch: JaggedBatch, positions: str, valid_at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A training batch (:class:`TrainSequences`) -> its preference examples' ``(keys (E,), chosen (E,))``: with
+    ``positions="last"`` one per sequence (``E = B``: the sequence is the prompt, its last target the chosen item),
+    with ``"all"`` one per position (``E = N``: the sequence up to that position, the next item). ``keys`` are the
+    chosen items' indices in ``SequenceData.item_ids`` (the training sequence of user ``u`` ends at
+    ``valid_at[u]``), which key the preference cache."""
     row, col = jagged_index(batch.offsets)
     keys = valid_at[batch.user_ids][row] - batch.lengths[row] + col
     if positions == "last":
         last = batch.offsets[1:] - 1
-        return batch, keys[last], batch.target_ids[last]
-    return prefixes(batch), keys, batch.target_ids
+        return keys[last], batch.target_ids[last]
+    return keys, batch.target_ids
+
+
+def example_log_probs(model: GenerativeRecommender, batch: JaggedBatch, positions: str,
+                      candidates: torch.Tensor) -> torch.Tensor:
+    """``(E, M)`` the model's log-probabilities of each example's ``candidates (E, M)`` after its prompt."""
+    if positions == "last":
+        return model.item_log_probs(batch, candidates)
+    return model.prefix_item_log_probs(batch, candidates)
 
 
 @dataclass
 class PreferenceExamples:
-    """The preference examples of the training split (``E`` examples, see :func:`example_prompts`).
+    """The preference examples of the training split (``E`` examples, see :func:`example_keys`).
 
     Attributes:
         dataset: the users' training sequences (:class:`TrainSequences`: the prompts are their input prefixes).
@@ -133,9 +138,9 @@ class PreferenceExamples:
     popularity: np.ndarray
 
     def batches(self, batch_size: int):
-        """``(rows, prompts)`` of the examples in order, ``batch_size`` users at a time: ``rows`` index the
-        examples, ``prompts`` is their :class:`JaggedBatch`; its ``seen_ids`` hold each user's training items (the
-        whole training part, also beyond a truncated prompt), which the negatives leave out."""
+        """``(rows, batch)`` of the examples in order, the training sequences of ``batch_size`` users at a time:
+        ``rows`` index their examples; the batch's ``seen_ids`` hold each user's training items (the whole training
+        part, also beyond a truncated sequence), which the negatives leave out."""
         data = self.dataset.data
         valid_at = torch.from_numpy(data.valid_at)
         first = 0
@@ -143,9 +148,14 @@ class PreferenceExamples:
             sequences = [self.dataset[i] for i in range(start, min(start + batch_size, len(self.dataset)))]
             for e in sequences:
                 e.seen = data.item_ids[data.offsets[e.user]:data.valid_at[e.user]]
-            prompts, keys, _ = example_prompts(collate(sequences), self.positions, valid_at)
-            first += len(keys)
-            yield np.arange(first - len(keys), first), prompts
+            batch = collate(sequences)
+            count = len(example_keys(batch, self.positions, valid_at)[0])
+            first += count
+            yield np.arange(first - count, first), batch
+
+    def prompts(self, batch: JaggedBatch) -> JaggedBatch:
+        """The prompts of a batch from :meth:`batches`, one row per example."""
+        return batch if self.positions == "last" else prefixes(batch)
 
 
 def preference_examples(data: SequenceData, max_len: int, positions: str = "last") -> PreferenceExamples:
@@ -192,7 +202,8 @@ def beam_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k
     training items (0 where the beam found fewer)."""
     out = np.zeros((len(examples.users), k), dtype=np.int64)
     for rows, batch in examples.batches(batch_size):
-        result = model.generate(batch.to(device), beam=max(model.beam, k), top_k=k, exclude_history=True)
+        prompts = examples.prompts(batch).to(device)
+        result = model.generate(prompts, beam=max(model.beam, k), top_k=k, exclude_history=True)
         out[rows] = result.items.cpu().numpy()
     return out
 
@@ -253,10 +264,11 @@ class AlignTask(GenerativeTask):
         table = torch.zeros(size, k, dtype=torch.int64)
         table[keys] = torch.from_numpy(negatives)
         reference = torch.zeros(size, 1 + k, dtype=torch.float32)
-        for rows, prompts in examples.batches(self.reference_batch_size):
+        for rows, batch in examples.batches(self.reference_batch_size):
             at = keys[rows]
             candidates = torch.cat([chosen[at, None], table[at]], dim=1)
-            log_probs = self.model.item_log_probs(prompts.to(self.device), candidates.to(self.device))
+            log_probs = example_log_probs(self.model, batch.to(self.device), self.align.positions,
+                                          candidates.to(self.device))
             reference[at] = log_probs.float().cpu()
         self.model.train(was_training)
         self.reference_passes += 1
@@ -266,8 +278,8 @@ class AlignTask(GenerativeTask):
     def on_fit_start(self) -> None:
         if self.preferences is None:  # a fresh stage; a resumed one read its cache from the checkpoint
             datamodule = self.trainer.datamodule
-            log.info("alignment: %s negatives and reference log-probabilities of every training user",
-                     self.align.negatives)
+            log.info("alignment: %s negatives and reference log-probabilities of every preference example "
+                     "(positions=%s)", self.align.negatives, self.align.positions)
             self.preferences = self.build_preferences(datamodule.data, datamodule.max_len)
 
     @torch.no_grad()
@@ -279,10 +291,11 @@ class AlignTask(GenerativeTask):
         self.model.eval()
         examples = preference_examples(data, max_len, self.align.positions)
         cache, sums = self.preferences, {}
-        for rows, prompts in examples.batches(self.reference_batch_size):
+        for rows, batch in examples.batches(self.reference_batch_size):
             at = torch.from_numpy(examples.keys[rows])
             candidates = torch.cat([cache["chosen"][at, None], cache["negatives"][at]], dim=1)
-            policy = self.model.item_log_probs(prompts.to(self.device), candidates.to(self.device)).float().cpu()
+            policy = example_log_probs(self.model, batch.to(self.device), self.align.positions,
+                                       candidates.to(self.device)).float().cpu()
             reference = cache["reference_log_probs"][at]
             result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                      self.align.beta)
@@ -316,19 +329,19 @@ class AlignTask(GenerativeTask):
     # ---- training ----------------------------------------------------------------------------------------------
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """Training batches are whole training sequences; their preference examples (:func:`example_prompts`) are
+        """Training batches are whole training sequences; their preference examples (:func:`example_keys`) are
         each sequence's last position or every position. With ``sft_target=sequence`` the stage's loss is the
         control's loss (next token at every position, :meth:`GenerativeTask.training_loss`) plus the preference
         loss."""
         cache = self.preferences
         valid_at = cache["valid_at"].to(batch.offsets.device)
-        prompts, keys, chosen = example_prompts(batch, self.align.positions, valid_at)
+        keys, chosen = example_keys(batch, self.align.positions, valid_at)
         keys = keys.cpu()
         if not torch.equal(cache["chosen"][keys].to(chosen.device), chosen):
             raise RuntimeError("the preference cache does not belong to this dataset (chosen items differ)")
         candidates = torch.cat([chosen[:, None], cache["negatives"][keys].to(chosen.device)], dim=1)
         reference = cache["reference_log_probs"][keys].to(self.device)
-        policy = self.model.item_log_probs(prompts, candidates)  # (E, 1 + K)
+        policy = example_log_probs(self.model, batch, self.align.positions, candidates)  # (E, 1 + K)
         result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                  self.align.beta)
         loss = result.losses.mean()

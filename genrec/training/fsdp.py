@@ -12,7 +12,7 @@ What is sharded (:func:`shard_generator`): every transformer layer of a `transfo
 (gathered for its own forward and backward, resharded after), and the generator itself is the root unit holding
 the rest (embeddings, LM head, norms; genrec's own stacks, whose cached decoding calls their blocks' parts
 directly, stay in the root unit). The root's parameters are gathered for every method the task calls
-(``loss``, ``target_log_probs``, ``item_log_probs``, ``generate``), registered with
+(``loss``, ``target_log_probs``, ``item_log_probs``, ``prefix_item_log_probs``, ``generate``), registered with
 ``register_fsdp_forward_method``. Gradients are averaged over processes like DDP's; the generative task rescales
 each process's loss by its share of the global batch's targets, so two processes reach the weights one process
 reaches on the concatenated batches.
@@ -29,7 +29,7 @@ from torch import nn
 from genrec.errors import ConfigError, settings_from
 
 #: the generator methods the tasks call (each gathers the root unit's parameters like a forward)
-FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "generate")
+FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "prefix_item_log_probs", "generate")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ from genrec.data.datamodule import load_dataset
 from genrec.data.schema import SequenceData
 from genrec.errors import ConfigError, UserError
 from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
+from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import preference_loss
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.training.align import (CHECKPOINT_KEY, AlignConfig, AlignTask, beam_negatives, example_prompts,
+from genrec.training.align import (CHECKPOINT_KEY, AlignConfig, AlignTask, beam_negatives, example_keys,
                                    popularity_negatives, preference_examples)
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
@@ -107,7 +108,7 @@ def test_preference_data_never_touches_validation_or_test_items(workdir, positio
     made = {}
     for name, d in (("original", data), ("other held-out items", _with_other_held_out_items(data, 1))):
         examples = preference_examples(d, dm.max_len, positions)
-        prompts = [list(b.item_ids.tolist()) for _, b in examples.batches(50)]
+        prompts = [list(examples.prompts(b).item_ids.tolist()) for _, b in examples.batches(50)]
         made[name] = (examples.keys, examples.users, examples.chosen, examples.popularity, prompts,
                       popularity_negatives(examples, 5, seed=0),
                       beam_negatives(task.model, examples, 4, 50, torch.device("cpu")))
@@ -161,7 +162,7 @@ def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sf
             batch = collate([sequences[i] for i in range(first, min(first + 64, len(sequences)))])
             out = task.model.target_log_probs(batch)
             per_item = out.code_log_probs(task.model.sids.codes[out.items]).sum(1)
-            keys = example_prompts(batch, "all", cache["valid_at"])[1]  # (N,) in the batch's position order
+            keys = example_keys(batch, "all", cache["valid_at"])[0]  # (N,) in the batch's position order
             predicted = out.positions >= 0
             teacher_forced[keys[out.positions[predicted]]] = per_item[predicted]
     at = torch.from_numpy(examples.keys)
@@ -244,6 +245,29 @@ def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
         assert stats[name] == pytest.approx(0.0, abs=1e-5), name
     assert stats["loss"] == pytest.approx(math.log(1 + 3), abs=1e-5)  # S-DPO with every reward 0
     assert stats["reward_accuracy"] == 0.0
+
+
+def test_branched_cache_scores_every_prefix_like_one_prompt_per_prefix(workdir):
+    """SIDGenerator.prefix_item_log_probs on genrec's SASRec stack (one pass over each whole sequence, the candidates
+    branched off the cache) = item_log_probs on one prompt per position (:func:`prefixes`), values and gradients."""
+    cfg = _compose(_base(workdir) + ["model.backbone.num_heads=2"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    model = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids).model.eval()
+    assert model.backbone.supports_branching
+    batch = next(iter(dm.train_dataloader()))
+    g = torch.Generator().manual_seed(0)
+    items = torch.randint(1, dm.data.num_items + 1, (len(batch.item_ids), 5), generator=g)
+    results = []
+    for method in (model.prefix_item_log_probs, lambda b, i: GenerativeRecommender.prefix_item_log_probs(model, b, i)):
+        model.zero_grad()
+        log_probs = method(batch, items)
+        log_probs.sum().backward()
+        results.append((log_probs.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (fast, fast_grads), (slow, slow_grads) = results
+    assert fast.shape == items.shape and torch.allclose(fast, slow, atol=1e-5)
+    assert len(fast_grads) == len(slow_grads) > 0
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(fast_grads, slow_grads))
 
 
 @pytest.mark.parametrize("positions", ["last", "all"])
