@@ -22,9 +22,10 @@
 # SFT_OVERRIDES (e.g. "optim.schedule=cosine") with SFT_TAG (e.g. _cosine): an SFT variant -> <prefix>sft<tag>_seed<S>,
 # and the stages start from it (<prefix><arm><tag>_seed<S>); ARMS="" runs no stage. The recorded variants:
 # SFT_TAG=_cosine SFT_OVERRIDES="optim.schedule=cosine" and SFT_TAG=_cosine_items SFT_OVERRIDES="optim.schedule=cosine
-# model.generator.item_inputs=true" (each history item's own embedding beside its codes). STAGE_TAG (e.g. _lr5e-5,
-# with STAGE_LR=5e-5) names a stage variant -> <prefix><arm><sft tag><stage tag>_seed<S>, so that stages at another
-# learning rate do not overwrite the recorded ones.
+# model.generator.item_inputs=true" (each history item's own embedding beside its codes) on Beauty; SFT_TAG=_conv
+# SFT_EPOCHS=100 (SFT to early stopping; an SFT_TAG alone names a variant of the epochs) on the synthetic log. STAGE_TAG
+# (e.g. _lr5e-5, with STAGE_LR=5e-5) names a stage variant -> <prefix><arm><sft tag><stage tag>_seed<S>, so that
+# stages at another learning rate do not overwrite the recorded ones.
 # DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
 # RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
 # experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
