@@ -16,6 +16,8 @@
 #    same with the backbone's dropout kept on, as in the control; sdpo_seq_beta1: sdpo_seq at beta 1; sdpo_beam and
 #    sdpo_seq_beam: S-DPO and sdpo_seq with the SFT model's own beam as negatives; sdpo_all and sdpo_seq_all: S-DPO and
 #    sdpo_seq with a preference example at every position of every training sequence (align.positions=all);
+#    sdpo_sampled and sdpo_seq_sampled: S-DPO and sdpo_seq with negatives sampled from the SFT model (constrained to
+#    valid semantic IDs);
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -83,6 +85,8 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
                   [sdpo_all]="align=sdpo align.positions=all"
                   [sdpo_seq_all]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.positions=all"
+                  [sdpo_sampled]="align=sdpo align.negatives=sampled"
+                  [sdpo_seq_sampled]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=sampled"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do

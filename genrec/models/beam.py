@@ -11,7 +11,8 @@ continuations the model gives little mass pays for the mass on tuples that are n
 level's log-probabilities are renormalised over the codes the trie allows (the model conditioned on generating an
 item). History removal: with ``seen`` given,
 tuples of the user's own history are removed at the last level, before the final top-``k``, so the beam still
-returns ``top_k`` unseen items whenever the surviving prefixes hold that many.
+returns ``top_k`` unseen items whenever the surviving prefixes hold that many. :func:`sample_items` draws items
+from the same decoder by ancestral sampling instead.
 """
 from __future__ import annotations
 
@@ -148,3 +149,23 @@ def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
         scores = torch.cat([scores, scores.new_full((batch, pad), float("-inf"))], 1)
         codes = torch.cat([codes, codes.new_zeros(batch, pad, codes.shape[2])], 1)
     return BeamResult(items, scores, codes)
+
+
+def sample_items(decoder: Decoder, trie: PrefixTrie, samples: int,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """``samples`` items per user drawn with replacement by ancestral sampling, code by code, each level's softmax
+    renormalised over the codes ``trie`` allows (the scores of beam search with ``renormalize``) -> ``(B, samples)``
+    dense item IDs. Where every code tuple is an item this is the model's distribution over items; otherwise the
+    mass a level puts on codes that lead to no item goes to the allowed codes in proportion."""
+    logp = decoder.start()  # (B, K_0)
+    rows = torch.arange(len(logp), device=logp.device).repeat_interleave(samples)
+    decoder.select(rows)
+    logp = logp[rows]
+    nodes = torch.zeros(len(rows), dtype=torch.int64, device=logp.device)
+    for level in range(trie.num_levels):
+        probs = logp.float().masked_fill(~trie.allowed(level, nodes), float("-inf")).softmax(-1)
+        code = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        nodes = trie.advance(level, nodes, code)  # on the last level: the item IDs
+        if level + 1 < trie.num_levels:
+            logp = decoder.step(code, level)
+    return nodes.view(-1, samples)

@@ -10,7 +10,7 @@ from torch import nn
 
 from genrec.data.batch import JaggedBatch, prefixes
 from genrec.errors import UserError
-from genrec.models.beam import BeamResult, Decoder, beam_search
+from genrec.models.beam import BeamResult, Decoder, beam_search, sample_items
 from genrec.models.semantic_ids import SemanticIDs
 from genrec.models.trie import PrefixTrie
 from genrec.tokenize.sid_table import SIDTable
@@ -110,6 +110,12 @@ class GenerativeRecommender(nn.Module):
         seen = (batch.seen_ids, batch.seen_offsets) if exclude and batch.seen_ids is not None else None
         return beam_search(self.decoder(batch, use_cache), self.sids, beam or self.beam, top_k or self.top_k,
                            self.trie if constrained else None, seen)
+
+    @torch.no_grad()
+    def sample(self, batch: JaggedBatch, samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``(B, samples)`` items drawn for each of the batch's users, with replacement, by sampling the model's
+        codes constrained to valid semantic IDs (:func:`~genrec.models.beam.sample_items`)."""
+        return sample_items(self.decoder(batch), self.trie, samples, generator)
 
     def score_all(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, num_items + 1)``: the beam's log-probability for each of its ``top_k`` items, ``-inf`` elsewhere,

@@ -6,8 +6,8 @@ default) there is one example per training user: the prompt is the user's traini
 chosen item is that last training item (never a validation or test item). With ``positions=all`` every position of
 every training sequence is an example (the positions continued SFT trains on): the prompt is the sequence up to
 that position, the chosen item the next one. The ``K`` rejected items are drawn by training-split popularity or
-taken from the SFT model's own beam (its most likely wrong items, "hard negatives"), never the chosen item or one
-of the user's training items.
+taken from the SFT model's own beam (its most likely wrong items, "hard negatives") or sampled from its
+distribution over items, never the chosen item or one of the user's training items.
 
 The reference model is the SFT model itself, frozen: at the start of the stage (before the first step, while the
 policy still equals it) the task computes ``log pi_ref`` of every example's chosen and rejected items once and
@@ -37,7 +37,7 @@ from genrec.training.generative import GenerativeTask, global_mean
 
 log = logging.getLogger("genrec.train")
 
-NEGATIVE_SOURCES = ("popularity", "beam")
+NEGATIVE_SOURCES = ("popularity", "beam", "sampled")
 SFT_TARGETS = ("chosen", "sequence")
 POSITIONS = ("last", "all")
 CHECKPOINT_KEY = "genrec_preferences"
@@ -51,7 +51,8 @@ class AlignConfig:
         loss: ``dpo`` (the mean over the ``K`` chosen/rejected pairs) or ``sdpo`` (one softmax over all of them).
         beta: the reward temperature β.
         num_negatives: rejected items per example ``K``.
-        negatives: ``popularity`` (drawn ∝ training-split counts) or ``beam`` (the SFT model's top wrong items).
+        negatives: ``popularity`` (drawn ∝ training-split counts), ``beam`` (the SFT model's top wrong items) or
+            ``sampled`` (drawn from the SFT model's own distribution over items).
         sft_weight: weight of a next-token loss added to the preference loss (0: none).
         sft_target: what that next-token loss covers: ``chosen`` (the chosen item's codes only) or ``sequence``
             (every position of the training sequence: the loss that continued SFT, the stage's control, trains on).
@@ -208,6 +209,25 @@ def beam_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k
     return out
 
 
+@torch.no_grad()
+def sampled_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k: int, batch_size: int,
+                      device: torch.device, seed: int, draws_per_negative: int = 4) -> np.ndarray:
+    """``(E, k)`` items drawn from the model's distribution for each prompt (:meth:`GenerativeRecommender.sample`,
+    ``draws_per_negative * k`` draws), the first ``k`` distinct ones that are neither the chosen item nor one of
+    the user's training items (0 where fewer were drawn)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    out = np.zeros((len(examples.keys), k), dtype=np.int64)
+    for rows, batch in examples.batches(batch_size):
+        prompts = examples.prompts(batch)
+        draws = model.sample(prompts.to(device), draws_per_negative * k, generator).cpu().numpy()
+        seen = prompts.seen_offsets.numpy()
+        for i, row in enumerate(rows):
+            banned = set(prompts.seen_ids[seen[i]:seen[i + 1]].tolist())  # the training part: the chosen item too
+            kept = [item for item in dict.fromkeys(draws[i].tolist()) if item not in banned][:k]
+            out[row, :len(kept)] = kept
+    return out
+
+
 def disable_dropout(model: nn.Module) -> None:
     """Every ``nn.Dropout`` of ``model`` to ``p = 0``."""
     for module in model.modules():
@@ -225,7 +245,7 @@ class AlignTask(GenerativeTask):
     Args:
         model: the generative recommender (the stage starts from the SFT weights loaded into it).
         align: the stage's settings.
-        seed: seeds the popularity negatives.
+        seed: seeds the popularity and sampled negatives.
         reference_batch_size: users per batch when computing the negatives and the reference log-probabilities.
         kwargs: :class:`GenerativeTask` settings.
     """
@@ -256,6 +276,8 @@ class AlignTask(GenerativeTask):
         negatives = None
         if self.align.negatives == "beam":
             negatives = beam_negatives(self.model, examples, k, self.reference_batch_size, self.device)
+        elif self.align.negatives == "sampled":
+            negatives = sampled_negatives(self.model, examples, k, self.reference_batch_size, self.device, self.seed)
         negatives = popularity_negatives(examples, k, self.seed, fill=negatives)
         keys = torch.from_numpy(examples.keys)
         size = len(data.item_ids)

@@ -23,7 +23,7 @@ from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import preference_loss
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.training.align import (CHECKPOINT_KEY, AlignConfig, AlignTask, beam_negatives, example_keys,
-                                   popularity_negatives, preference_examples)
+                                   popularity_negatives, preference_examples, sampled_negatives)
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
 from genrec.training.generative import GenerativeTask
@@ -111,10 +111,11 @@ def test_preference_data_never_touches_validation_or_test_items(workdir, positio
         prompts = [list(examples.prompts(b).item_ids.tolist()) for _, b in examples.batches(50)]
         made[name] = (examples.keys, examples.users, examples.chosen, examples.popularity, prompts,
                       popularity_negatives(examples, 5, seed=0),
-                      beam_negatives(task.model, examples, 4, 50, torch.device("cpu")))
+                      beam_negatives(task.model, examples, 4, 50, torch.device("cpu")),
+                      sampled_negatives(task.model, examples, 4, 50, torch.device("cpu"), seed=0))
     for a, b in zip(*made.values()):
         assert np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
-    keys, users, chosen, _, prompts, popular, hard = made["original"]
+    keys, users, chosen, _, prompts, popular, hard, sampled = made["original"]
     # the examples: each training user's last training item, or every target of its training sequence (max_len
     # inputs at most), user after user
     expected = [(u, end) for u in np.flatnonzero(data.train_lengths >= 2)
@@ -123,13 +124,14 @@ def test_preference_data_never_touches_validation_or_test_items(workdir, positio
                                  int(data.valid_at[u]))]
     assert [(int(u), int(k)) for u, k in zip(users, keys)] == expected
     assert np.array_equal(chosen, data.item_ids[keys])
-    assert len(popular) == len(hard) == len(keys)
+    assert len(popular) == len(hard) == len(sampled) == len(keys) and (sampled > 0).mean() > 0.9
     for row, user in enumerate(users):
         training = set(data.sequence(user)[:-2].tolist())
         if positions == "last":
             assert chosen[row] == data.sequence(user)[-3]  # the last training item
         assert not set(popular[row].tolist()) & training and len(set(popular[row].tolist())) == 5
-        assert not set(hard[row].tolist()) & training
+        assert not set(hard[row].tolist()) & training and not set(sampled[row].tolist()) & training
+        assert len(set(sampled[row].tolist()) - {0}) == (sampled[row] > 0).sum()  # distinct
 
 
 def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sft_likelihood(workdir):
@@ -175,6 +177,35 @@ def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sf
     assert int((last_cache["chosen"] > 0).sum()) == len(ends) and int((cache["chosen"] > 0).sum()) == len(at)
     assert torch.equal(last_cache["chosen"][ends], cache["chosen"][ends])
     assert torch.allclose(last_cache["reference_log_probs"][ends, 0], cache["reference_log_probs"][ends, 0], atol=1e-5)
+
+
+def test_sampled_items_follow_the_models_distribution_over_items(workdir, tmp_path):
+    """GenerativeRecommender.sample on a SID table whose codes (8 x 15) are every item's and nothing else: then the
+    constrained sampler draws from the model's distribution over items, and the frequencies of 20,000 draws per user
+    match item_log_probs of every item."""
+    cfg = _compose(_base(workdir))
+    dm = build_datamodule(cfg)
+    dm.setup()
+    data = dm.data
+    assert data.num_items == 8 * 15
+    every = np.array(np.meshgrid(np.arange(8), np.arange(15), indexing="ij")).reshape(2, -1).T
+    codes = every[np.random.default_rng(1).permutation(len(every))]
+    SIDTable(np.vstack([np.full((1, 2), PAD_CODE), codes]), (8, 15), data.item_raw_ids,
+             dataset=data.name).save(tmp_path / "sid")
+    cfg = _compose(_base(workdir) + [f"sid_table={tmp_path / 'sid'}"])
+    model = build_task(cfg, data.num_items, data.item_raw_ids).model.eval()
+    for p in model.parameters():  # a sharper distribution than the random initialisation's near-uniform one
+        p.data.mul_(8)
+    _, batch = next(preference_examples(data, dm.max_len).batches(3))
+    draws = model.sample(batch, 20_000, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model.item_log_probs(batch, torch.arange(1, data.num_items + 1).expand(3, -1)).exp()
+    assert torch.allclose(expected.sum(1), torch.ones(3), atol=1e-5)  # every tuple is an item
+    for row in range(3):
+        counts = torch.bincount(draws[row], minlength=data.num_items + 1)
+        assert counts[0] == 0 and expected[row].max() > 0.1
+        frequencies = counts[1:].double() / 20_000
+        assert 0.5 * (frequencies - expected[row]).abs().sum() < 0.03  # total variation
 
 
 def test_beam_negatives_are_the_models_top_wrong_items(workdir):
