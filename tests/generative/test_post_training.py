@@ -193,6 +193,7 @@ def test_sampled_items_follow_the_models_distribution_over_items(workdir, tmp_pa
     SIDTable(np.vstack([np.full((1, 2), PAD_CODE), codes]), (8, 15), data.item_raw_ids,
              dataset=data.name).save(tmp_path / "sid")
     cfg = _compose(_base(workdir) + [f"sid_table={tmp_path / 'sid'}"])
+    torch.manual_seed(0)  # the weights (building a task does not seed them)
     model = build_task(cfg, data.num_items, data.item_raw_ids).model.eval()
     for p in model.parameters():  # a sharper distribution than the random initialisation's near-uniform one
         p.data.mul_(8)
