@@ -719,7 +719,7 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> lis
     control = {start(r): r for r in by_stage.get(control_stage, [])}
     lines = []
     for stage in _stages_of(by_stage, (*ALIGN_STAGES, "sft_more_nodrop", "distill")):
-        paired = [(r, control[start(r)]) for r in by_stage.get(stage, []) if start(r) in control]
+        paired = [(r, control[start(r)]) for r in by_stage[stage] if start(r) in control]
         if not paired or stage == control_stage:
             continue
         changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]

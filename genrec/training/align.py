@@ -143,14 +143,13 @@ class PreferenceExamples:
         ``rows`` index their examples; the batch's ``seen_ids`` hold each user's training items (the whole training
         part, also beyond a truncated sequence), which the negatives leave out."""
         data = self.dataset.data
-        valid_at = torch.from_numpy(data.valid_at)
         first = 0
         for start in range(0, len(self.dataset), batch_size):
             sequences = [self.dataset[i] for i in range(start, min(start + batch_size, len(self.dataset)))]
             for e in sequences:
                 e.seen = data.item_ids[data.offsets[e.user]:data.valid_at[e.user]]
             batch = collate(sequences)
-            count = len(example_keys(batch, self.positions, valid_at)[0])
+            count = batch.batch_size if self.positions == "last" else len(batch.item_ids)  # examples in the batch
             first += count
             yield np.arange(first - count, first), batch
 
