@@ -519,7 +519,9 @@ def sid_source_tables(files: list[dict]) -> list[str]:
 
 
 #: results-file prefix of scripts/reproduce_post_training.sh -> the data it ran on (DATASET=beauty: beauty_post_)
-POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty"}
+POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty", "scientific_post_": "scientific"}
+#: the Amazon datasets the script runs on (its DATASET) -> their names in prose
+AMAZON_NAMES = {"beauty": "Amazon Beauty 2014", "scientific": "Amazon Industrial & Scientific 2018"}
 POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "sft": "SID-GPT, SFT",
                "sft_cosine": "SID-GPT, SFT with a cosine learning-rate decay",
                "sft_cosine_items": "SID-GPT with item-ID inputs, SFT with a cosine learning-rate decay",
@@ -778,16 +780,18 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         raise ValueError("post-training results on different datasets: " + ", ".join(r["name"] for r in runs))
     reader = config["data"]["reader"]
     columns = ["recall@5", "ndcg@5", "recall@10", "ndcg@10"]
-    if POST_PREFIXES[prefix] == "beauty":
+    dataset = POST_PREFIXES[prefix]
+    if dataset in AMAZON_NAMES:
         heading = [f"## Post-training of the SID generator: stages against their control, {summary['dataset']}", "",
-                 f"`DATASET=beauty scripts/reproduce_post_training.sh`: Amazon Beauty 2014 ({summary['users']:,} "
-                 f"users, {summary['items']:,} items, {summary['interactions']:,} interactions), leave-one-out, "
-                 "full-corpus ranking, history removed; test split, best validation checkpoint. The genrec presets: "
-                 "teacher `experiment=beauty_sasrec`, SIDs from RQ-VAE (3 x 256 + a collision level) on its item "
-                 "table (collaborative, as in the SID-source table), generator `experiment=beauty_sid_gpt`. Every "
-                 "stage starts from the SFT run's best checkpoint and trains the same number of epochs with the "
-                 "same optimizer; the control continues next-token training. One CPU thread per run, two runs "
-                 "side by side on the 2-core machine. Epoch caps were set by the time left, not by convergence.", ""]
+                 f"`DATASET={dataset} scripts/reproduce_post_training.sh`: {AMAZON_NAMES[dataset]} "
+                 f"({summary['users']:,} users, {summary['items']:,} items, {summary['interactions']:,} "
+                 "interactions), leave-one-out, full-corpus ranking, history removed; test split, best validation "
+                 f"checkpoint. The genrec presets: teacher `experiment={dataset}_sasrec`, SIDs from RQ-VAE (3 x 256 + "
+                 "a collision level) on its item table (collaborative, as in Beauty's SID-source table), generator "
+                 f"`experiment={dataset}_sid_gpt`. Every stage starts from the SFT run's best checkpoint and trains "
+                 "the same number of epochs with the same optimizer; the control continues next-token training. One "
+                 "CPU thread per run, two runs side by side on the 2-core machine. Epoch caps were set by the time "
+                 "left, not by convergence.", ""]
     else:
         heading = ["## Post-training of the SID generator: stages against their control", "",
            f"`scripts/reproduce_post_training.sh`: a reduced synthetic log ({reader['num_users']:,} users, "
@@ -835,7 +839,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
             intro = intros.get(control_stage, f"Against `{_stage_label(control_stage)}` (the stages from the same "
                                               "SFT run, with the same seed and learning rate):")
             out += [intro, ""] + lines + [""]
-    out += POST_NOTES.get(POST_PREFIXES[prefix], [])
+    out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
     if aligned:

@@ -30,7 +30,8 @@
 # stages at another learning rate do not overwrite the recorded ones.
 # DATASET=beauty: the same stages on Amazon Beauty 2014 with its presets (teacher experiment=beauty_sasrec, SIDs from
 # RQ-VAE 3 x 256 + a collision level on its item table as in scripts/reproduce_beauty_sid_sources.sh, generator
-# experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off.
+# experiment=beauty_sid_gpt), results/beauty_post_<arm>_seed<S>.json; LLM arms off. DATASET=scientific: the same on
+# Amazon Industrial & Scientific 2018 (scientific_sasrec, scientific_sid_gpt) -> results/scientific_post_<arm>_seed<S>.
 # The recorded results (docs/results.md) were cut to the time left on a shared 2-core machine: SFT_EPOCHS=8
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
 # overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with
@@ -40,18 +41,20 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 RUNS=${RUNS:-runs/post}
 COMMON=(seed=0 threads="${THREADS:-1}" trainer.enable_progress_bar=false overwrite_results=true)
-if [ "${DATASET:-synthetic}" = beauty ]; then
-  PREFIX=beauty_post_ LLM=0 DATA=()
-  TEACHER=(experiment=beauty_sasrec)
-  TOKENIZER=(data=beauty tokenizer=rqvae collisions=extra_level)
-  GENERATOR=(experiment=beauty_sid_gpt sid_table="$RUNS/sid") GPT=()
-else
+if [ "${DATASET:-synthetic}" = beauty ] || [ "${DATASET:-synthetic}" = scientific ]; then
+  PREFIX=${DATASET}_post_ LLM=0 DATA=()
+  TEACHER=(experiment="${DATASET}_sasrec")
+  TOKENIZER=(data="$DATASET" tokenizer=rqvae collisions=extra_level)
+  GENERATOR=(experiment="${DATASET}_sid_gpt" sid_table="$RUNS/sid") GPT=()
+elif [ "${DATASET:-synthetic}" = synthetic ]; then
   PREFIX=post_
   DATA=(data.reader.num_users=2000 data.reader.num_items=1000 data.reader.num_clusters=20 data.max_len=50)
   TEACHER=(model=sasrec trainer.max_epochs="${TEACHER_EPOCHS:-30}")
   TOKENIZER=(tokenizer=rkmeans tokenizer.codebook_size=32)
   GENERATOR=(model=sid_gpt model.dim=64 sid_table="$RUNS/sid")
   GPT=(model.backbone.num_layers=2 model.backbone.num_heads=2 model.backbone.ffn_dim=256)
+else
+  echo "DATASET must be synthetic, beauty or scientific, not ${DATASET}" >&2; exit 2
 fi
 
 if [ ! -f "$RUNS/teacher/metrics.json" ]; then

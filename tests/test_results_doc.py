@@ -40,3 +40,12 @@ def test_stage_names_split_into_a_stage_and_its_variant_tags():
     assert doc._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
     assert doc._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
     assert doc._stage_label("sft_more_nodrop_lr5e-5") == (doc.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
+
+
+def test_post_training_results_are_told_apart_by_the_dataset_prefix():
+    doc = load_script("make_results_doc")
+    assert doc._post_prefix({"name": "post_sdpo_seed0"}) == "post_"
+    assert doc._post_prefix({"name": "beauty_post_sdpo_seed0"}) == "beauty_post_"
+    assert doc._post_prefix({"name": "scientific_post_sdpo_seq_seed2"}) == "scientific_post_"
+    assert doc._post_prefix({"name": "scientific_sasrec_seed0"}) is None
+    assert doc._stage({"name": "scientific_post_sdpo_seq_seed2"}) == "sdpo_seq"
