@@ -7,12 +7,11 @@
 #   fused: both, each L2-normalised, side by side (encoder=fused).
 # -> results/beauty_sidsrc_<source>_seed<S>.json and docs/results.md ("Semantic-ID source"). DATASET=scientific: the
 # same on Amazon Industrial & Scientific 2018 (scientific_sasrec, scientific_sid_gpt) -> results/scientific_sidsrc_*.
-# BUDGET (default
-# "trainer.max_epochs=10") is the same for every arm; SOURCES and SEEDS pick arms and seeds (run SOURCES one per
-# process to use several cores once the teacher and tables exist). LAYOUT picks the code layout of every table:
-# rqvae (default: RQ-VAE 3 x 256 + a collision level), rqvae4 (RQ-VAE 4 x 256, collisions moved to the nearest free
-# last-level code), rkmeans_balanced (balanced residual k-means 3 x 256 + a collision level); a layout other than
-# the default tags its tables and results (<source>_<layout>).
+# BUDGET (default "trainer.max_epochs=10") is the same for every arm; SOURCES and SEEDS pick arms and seeds (run
+# SOURCES one per process to use several cores once the teacher and tables exist). LAYOUT picks the code layout of
+# every table: rqvae (default: RQ-VAE 3 x 256 + a collision level), rqvae4 (RQ-VAE 4 x 256, collisions moved to the
+# nearest free last-level code), rkmeans_balanced (balanced residual k-means 3 x 256 + a collision level); a layout
+# other than the default tags its tables and results (<source>_<layout>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
