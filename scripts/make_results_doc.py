@@ -555,7 +555,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
                 "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_all", "sdpo_seq_all", "sdpo_sampled", "sdpo_seq_sampled")
 #: run-name suffixes of the script's variants (its SFT_TAG and STAGE_TAG) after a POST_STAGES name -> what they change
-POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5"}
+POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5", "_ep12": "12 epochs"}
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
 POST_NOTES = {
     "scientific": [
@@ -733,12 +733,13 @@ def _dropout_off(run: dict) -> bool:
 
 def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> list[str]:
     """One line per stage: its test NDCG@10 against ``control_stage``'s run from the same SFT run (its folder's
-    name without the seed), seed and learning rate; the S-DPO goal is judged against the matched control only (the
-    one that trains with or without dropout as the stage does)."""
+    name without the seed), seed, learning rate and epoch cap; the S-DPO goal is judged against the matched control
+    only (the one that trains with or without dropout as the stage does)."""
     def start(run: dict) -> tuple:
         checkpoint = (run.get("init_from") or {}).get("checkpoint")
         sft = Path(checkpoint).parent.parent.name.rsplit("-", 1)[0] if checkpoint else None
-        return sft, run["seed"], run["config"]["optim"]["lr"]
+        epochs = run["config"].get("trainer", {}).get("max_epochs")
+        return sft, run["seed"], run["config"]["optim"]["lr"], epochs
 
     control = {start(r): r for r in by_stage.get(control_stage, [])}
     lines = []
@@ -859,7 +860,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         lines = _against_control(by_stage, control_stage)
         if lines:
             intro = intros.get(control_stage, f"Against `{_stage_label(control_stage)}` (the stages from the same "
-                                              "SFT run, with the same seed and learning rate):")
+                                              "SFT run, with the same seed, learning rate and epoch cap):")
             out += [intro, ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)

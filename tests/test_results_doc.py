@@ -49,3 +49,21 @@ def test_post_training_results_are_told_apart_by_the_dataset_prefix():
     assert doc._post_prefix({"name": "scientific_post_sdpo_seq_seed2"}) == "scientific_post_"
     assert doc._post_prefix({"name": "scientific_sasrec_seed0"}) is None
     assert doc._stage({"name": "scientific_post_sdpo_seq_seed2"}) == "sdpo_seq"
+
+
+def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
+    doc = load_script("make_results_doc")
+
+    def run(stage: str, epochs: int, ndcg: float) -> dict:
+        return {"name": f"scientific_post_{stage}_seed0", "seed": 0,
+                "config": {"optim": {"lr": 5e-4}, "trainer": {"max_epochs": epochs}},
+                "init_from": {"checkpoint": "/x/runs/sft-0/checkpoints/best.ckpt"},
+                "align": {"disable_dropout": False}, "metrics": {"test": {"ndcg@10": ndcg}}}
+
+    by_stage = {"sft_more_nodrop": [run("sft_more_nodrop", 5, 0.050)],
+                "sft_more_nodrop_ep12": [run("sft_more_nodrop_ep12", 12, 0.040)],
+                "distill": [run("distill", 5, 0.055)], "distill_ep12": [run("distill_ep12", 12, 0.060)]}
+    five = doc._against_control(by_stage, "sft_more_nodrop")
+    assert len(five) == 1 and "(+10.0%)" in five[0] and "12 epochs" not in five[0]
+    twelve = doc._against_control(by_stage, "sft_more_nodrop_ep12")
+    assert len(twelve) == 1 and "(+50.0%)" in twelve[0] and "12 epochs" in twelve[0]
