@@ -36,7 +36,8 @@
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
 # overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with
 # resume_from in a later session). Scientific: SFT_EPOCHS=25 (early stopping ends SFT first) STAGE_EPOCHS=5
-# STAGE_LR=5e-4 ARMS="sft_more_nodrop sdpo_seq sdpo distill dpo", two processes side by side.
+# STAGE_LR=5e-4 ARMS="sft_more_nodrop sdpo_seq sdpo distill dpo", two processes side by side; and, at seed 0,
+# STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
