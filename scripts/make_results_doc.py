@@ -534,6 +534,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_cosine": "SID-GPT, SFT with a cosine learning-rate decay",
                "sft_cosine_items": "SID-GPT with item-ID inputs, SFT with a cosine learning-rate decay",
                "sft_conv": "SID-GPT, SFT to early stopping",
+               "sft_distill": "SID-GPT, SFT with distillation from SASRec from the first step",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
