@@ -735,10 +735,12 @@ def _dropout_off(run: dict) -> bool:
     return bool((run.get("align") or {}).get("disable_dropout")) or _stage(run).startswith("sft_more_nodrop")
 
 
-def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> list[str]:
-    """One line per stage: its test NDCG@10 against ``control_stage``'s run from the same SFT run (its folder's
-    name without the seed), seed, learning rate and epoch cap; the S-DPO goal is judged against the matched control
-    only (the one that trains with or without dropout as the stage does)."""
+def _against_control(by_stage: dict[str, list[dict]], control_stage: str,
+                     stages=(*ALIGN_STAGES, "sft_more_nodrop", "distill")) -> list[str]:
+    """One line per stage of ``stages`` (POST_STAGES names): its test NDCG@10 against ``control_stage``'s run from
+    the same SFT run (its folder's name without the seed; none for runs from scratch), seed, learning rate and
+    epoch cap; the S-DPO goal is judged against the matched control only (the one that trains with or without
+    dropout as the stage does)."""
     def start(run: dict) -> tuple:
         checkpoint = (run.get("init_from") or {}).get("checkpoint")
         sft = Path(checkpoint).parent.parent.name.rsplit("-", 1)[0] if checkpoint else None
@@ -747,7 +749,7 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str) -> lis
 
     control = {start(r): r for r in by_stage.get(control_stage, [])}
     lines = []
-    for stage in _stages_of(by_stage, (*ALIGN_STAGES, "sft_more_nodrop", "distill")):
+    for stage in _stages_of(by_stage, stages):
         paired = [(r, control[start(r)]) for r in by_stage[stage] if start(r) in control]
         if not paired or stage == control_stage:
             continue
@@ -866,6 +868,10 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
             intro = intros.get(control_stage, f"Against `{_stage_label(control_stage)}` (the stages from the same "
                                               "SFT run, with the same seed, learning rate and epoch cap):")
             out += [intro, ""] + lines + [""]
+    lines = _against_control(by_stage, "sft", stages=("sft_distill",))
+    if lines:
+        out += ["Distillation from the first step against plain SFT (same seed, learning rate and epoch cap, both "
+                "ended by early stopping; the student's compute per step is the same):", ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]

@@ -67,3 +67,17 @@ def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
     assert len(five) == 1 and "(+10.0%)" in five[0] and "12 epochs" not in five[0]
     twelve = doc._against_control(by_stage, "sft_more_nodrop_ep12")
     assert len(twelve) == 1 and "(+50.0%)" in twelve[0] and "12 epochs" in twelve[0]
+
+
+def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed():
+    doc = load_script("make_results_doc")
+
+    def run(stage: str, seed: int, ndcg: float) -> dict:
+        return {"name": f"scientific_post_{stage}_seed{seed}", "seed": seed,
+                "config": {"optim": {"lr": 1e-3}, "trainer": {"max_epochs": 25}}, "metrics": {"test": {"ndcg@10": ndcg}}}
+
+    by_stage = {"sft": [run("sft", 0, 0.050), run("sft", 1, 0.040)],
+                "sft_distill": [run("sft_distill", 0, 0.055), run("sft_distill", 2, 0.070)],
+                "distill": [run("distill", 0, 0.060)]}
+    lines = doc._against_control(by_stage, "sft", stages=("sft_distill",))
+    assert len(lines) == 1 and "(+10.0%)" in lines[0] and "from the first step" in lines[0]  # seed 2 has no SFT run
