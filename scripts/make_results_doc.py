@@ -556,7 +556,8 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
                 "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_all", "sdpo_seq_all", "sdpo_sampled", "sdpo_seq_sampled")
 #: run-name suffixes of the script's variants (its SFT_TAG and STAGE_TAG) after a POST_STAGES name -> what they change
-POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5", "_ep12": "12 epochs"}
+POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5", "_ep12": "12 epochs",
+             "_distill": "from SFT with distillation"}
 #: what the post-training figures rest on, and what we would try next (prose; the figures are in the files)
 POST_NOTES = {
     "scientific": [

@@ -38,6 +38,8 @@ def test_stage_names_split_into_a_stage_and_its_variant_tags():
     doc = load_script("make_results_doc")
     assert doc._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
     assert doc._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
+    assert doc._split_tags("sft_distill") == ("sft_distill", [])
+    assert doc._split_tags("sdpo_seq_distill") == ("sdpo_seq", ["_distill"])
     assert doc._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
     assert doc._stage_label("sft_more_nodrop_lr5e-5") == (doc.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
 
