@@ -871,8 +871,8 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
             out += [intro, ""] + lines + [""]
     lines = _against_control(by_stage, "sft", stages=("sft_distill",))
     if lines:
-        out += ["Distillation from the first step against plain SFT (same seed, learning rate and epoch cap, both "
-                "ended by early stopping; the student's compute per step is the same):", ""] + lines + [""]
+        out += ["Distillation from the first step against plain SFT (same seed, learning rate and epoch cap; early "
+                "stopping may end either first; the student's compute per step is the same):", ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
