@@ -35,9 +35,11 @@
 # The recorded results (docs/results.md) were cut to the time left on a shared 2-core machine: SFT_EPOCHS=8
 # STAGE_EPOCHS=3 STAGE_LR=5e-4, the three seeds' SFT and then their twelve stages run side by side (the same
 # overrides as below, one process each); LLM arms with SFT_EPOCHS=5 (LoRA stopped after epoch 1 and resumed with
-# resume_from in a later session). Scientific: SFT_EPOCHS=25 (early stopping ends SFT first) STAGE_EPOCHS=5
+# resume_from in a later session). Scientific: SFT_EPOCHS=25 (early stopping ended plain SFT first) STAGE_EPOCHS=5
 # STAGE_LR=5e-4 ARMS="sft_more_nodrop sdpo_seq sdpo distill dpo", two processes side by side; and, at seed 0,
-# STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill".
+# STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill"; and, at seeds 0-2, SFT with distillation from
+# the first step, SFT_TAG=_distill SFT_OVERRIDES="distill=teacher distill.teacher=$RUNS/teacher" (its path written
+# out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

@@ -76,7 +76,8 @@ def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed(
 
     def run(stage: str, seed: int, ndcg: float) -> dict:
         return {"name": f"scientific_post_{stage}_seed{seed}", "seed": seed,
-                "config": {"optim": {"lr": 1e-3}, "trainer": {"max_epochs": 25}}, "metrics": {"test": {"ndcg@10": ndcg}}}
+                "config": {"optim": {"lr": 1e-3}, "trainer": {"max_epochs": 25}},
+                "metrics": {"test": {"ndcg@10": ndcg}}}
 
     by_stage = {"sft": [run("sft", 0, 0.050), run("sft", 1, 0.040)],
                 "sft_distill": [run("sft_distill", 0, 0.055), run("sft_distill", 2, 0.070)],
