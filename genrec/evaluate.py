@@ -6,7 +6,9 @@ metrics were computed from) or ``checkpoint=last``, and reports full-corpus metr
 splits, with the baselines, and on the test split the breakdowns of genrec/eval/breakdown.py (history length,
 target popularity, cold targets). Writes
 ``<run_dir>/eval/metrics.json`` and ``<run_dir>/eval/evaluation.png`` (or ``out_dir``). With ``compare_to`` the
-second run is evaluated on the same dataset and shown beside the first.
+second run is evaluated on the same dataset and shown beside the first. ``decoding={beam:50,rank:codes}``
+changes the first run's ``model.decoding`` (generative runs); ``compare_to`` the same run shows it beside the run's
+own decoding.
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         run = RunFolder.existing(run_dir, key)
         run.config(allowed)
         checkpoints.append(run.checkpoint(cfg.checkpoint))
-    loaded = [load_run(d, c, allowed) for d, c in zip(run_dirs, checkpoints)]
+    decoding = [OmegaConf.to_container(cfg.decoding) if cfg.decoding else None, None]  # run_dir's only
+    loaded = [load_run(d, c, allowed, dec) for d, c, dec in zip(run_dirs, checkpoints, decoding)]
     first_cfg, datamodule, _ = loaded[0]
     for d, (_, other, _) in zip(run_dirs[1:], loaded[1:]):
         _same_dataset(datamodule, other, run_dirs[0], d)
@@ -76,7 +79,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         task.exclude_history = exclude
         label = name if names.count(name) == 1 else f"{name} #{i + 1}"
         models[label] = {"run_dir": str(run_dir), "checkpoint": cfg.checkpoint, "model": name,
-                         "seed": train_cfg.seed, **_evaluate(task.make_scorer(), dm, cfg, ks, exclude, task)}
+                         "seed": train_cfg.seed, "decoding": decoding[i],
+                         **_evaluate(task.make_scorer(), dm, cfg, ks, exclude, task)}
     baselines = {name: _evaluate(BASELINES[name](datamodule.data), datamodule, cfg, ks, exclude)
                  for name in cfg.baselines or []}
 

@@ -15,7 +15,8 @@ reached, what you measured about why").
 2. **Decoding.** On a random sample of test users, the generator's recall/NDCG@10 with its own constrained beam,
    the same beam renormalised over the allowed codes at every level (does the mass on tuples that are no item
    distort the ranking?), and a much wider beam (what would it recover of the items the model already ranks
-   high?).
+   high?). These rows rank by the codes alone, also for a generator whose item head re-ranks its beam
+   (``model.decoding.rank=hybrid``).
 
 Usage (both run folders trained on the same dataset and split)::
 

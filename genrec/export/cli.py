@@ -338,9 +338,10 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
         "artifacts": artifacts,
         "decoding": {"sid_table": "sid_table", "id_map": "item_ids", "beam": model.beam, "top_k": model.top_k,
                      "constrained": model.constrained, "exclude_history": bool(train_cfg.eval.exclude_history),
-                     "token_layout": TOKEN_LAYOUT},
+                     "token_layout": TOKEN_LAYOUT, "rank": getattr(model, "rank", "codes")},
         "skipped": {"decoder_graph": "generative models are served from source.checkpoint with genrec "
-                                     "(GenerativeRecommender.generate: KV-cached beam search over the SID trie)"},
+                                     "(GenerativeRecommender.ranked: KV-cached beam search over the SID trie, "
+                                     "re-ranked by the item head with rank=hybrid)"},
         "versions": _versions(),
         "export_seconds": round(time.time() - started, 1),
     }

@@ -25,11 +25,14 @@ class TargetLogProbs:
         items: ``(P,)`` the target items.
         positions: ``(P,)`` the position of the batch's ``N`` inputs after which the target comes (where an ID
             model trained on the same batch predicts it), -1 where no input position precedes it.
+        item_head: ``(P, num_items + 1)`` log-softmax of a model's item head (scores for whole items beside the
+            codes, from the state that predicts the target's first code), ``None`` for a model without one.
     """
 
     levels: list[torch.Tensor]
     items: torch.Tensor
     positions: torch.Tensor
+    item_head: torch.Tensor | None = None
 
     def code_log_probs(self, codes: torch.Tensor) -> torch.Tensor:
         """``codes (P, L)`` of the targets -> ``(P, L)`` the log-probability of each code."""
@@ -38,6 +41,14 @@ class TargetLogProbs:
     def nll(self, codes: torch.Tensor) -> torch.Tensor:
         """Mean negative log-probability per code token (the next-token cross-entropy)."""
         return -self.code_log_probs(codes).mean()
+
+    def item_nll(self) -> torch.Tensor:
+        """Mean negative log-probability of the targets under the item head (its full-softmax cross-entropy)."""
+        return -self.item_head.gather(1, self.items[:, None]).mean()
+
+    def loss(self, codes: torch.Tensor) -> torch.Tensor:
+        """The training loss: :meth:`nll`, plus :meth:`item_nll` for a model with an item head."""
+        return self.nll(codes) if self.item_head is None else self.nll(codes) + self.item_nll()
 
 
 class GenerativeRecommender(nn.Module):
@@ -80,9 +91,9 @@ class GenerativeRecommender(nn.Module):
         raise NotImplementedError
 
     def loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """Mean next-token cross-entropy of a training batch."""
+        """Mean next-token cross-entropy of a training batch (:meth:`TargetLogProbs.loss`)."""
         targets = self.target_log_probs(batch)
-        return targets.nll(self.sids.codes[targets.items])
+        return targets.loss(self.sids.codes[targets.items])
 
     def item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Teacher-forced ``log p(item | history)`` of candidate ``items (B, M)`` -> ``(B, M)``: the sum of the
@@ -111,6 +122,11 @@ class GenerativeRecommender(nn.Module):
         return beam_search(self.decoder(batch, use_cache), self.sids, beam or self.beam, top_k or self.top_k,
                            self.trie if constrained else None, seen)
 
+    def ranked(self, batch: JaggedBatch) -> BeamResult:
+        """The ``top_k`` items the model recommends to the batch's users: its beam (:meth:`generate`); a model
+        may rank them otherwise."""
+        return self.generate(batch)
+
     @torch.no_grad()
     def sample(self, batch: JaggedBatch, samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """``(B, samples)`` items drawn for each of the batch's users, with replacement, by sampling the model's
@@ -118,9 +134,10 @@ class GenerativeRecommender(nn.Module):
         return sample_items(self.decoder(batch), self.trie, samples, generator)
 
     def score_all(self, batch: JaggedBatch) -> torch.Tensor:
-        """``(B, num_items + 1)``: the beam's log-probability for each of its ``top_k`` items, ``-inf`` elsewhere,
-        so the shared evaluator ranks exactly the beam's list (MRR is therefore truncated at ``top_k``)."""
-        return self.generate(batch).score_matrix(self.num_items + 1)
+        """``(B, num_items + 1)``: the score of each of the :meth:`ranked` ``top_k`` items (the beam's
+        log-probability), ``-inf`` elsewhere, so the shared evaluator ranks exactly that list (MRR is therefore
+        truncated at ``top_k``)."""
+        return self.ranked(batch).score_matrix(self.num_items + 1)
 
     def scorer(self) -> "BeamScorer":
         """:meth:`score_all` that also counts the decoded tuples that are no item (for genrec-eval)."""
@@ -146,7 +163,7 @@ class BeamScorer:
         self.decoded, self.invalid, self.users, self.target_log_prob = 0, 0, 0, 0.0
 
     def __call__(self, batch: JaggedBatch) -> torch.Tensor:
-        result = self.model.generate(batch)
+        result = self.model.ranked(batch)
         self.decoded += int(result.found.sum())
         self.invalid += int(result.invalid.sum())
         with torch.no_grad():

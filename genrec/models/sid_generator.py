@@ -10,6 +10,11 @@ a vocabulary (:class:`~genrec.models.backbones.HFVocabLM`, LC-Rec style): then t
 language model's own vocabulary and its input embeddings and LM head are used. With ``item_inputs`` every history
 item also has its own embedding row, added at its last code token: the codes are shared by many items, the row
 lets the stack tell apart items that share them (an item's own codes are generated from earlier tokens only).
+With ``item_head`` the state that predicts an item's first code also scores every whole item (a softmax over the
+items, trained beside the next-token loss, as in LIGER, Yang et al. 2024): codes shared by many items cannot tell
+them apart, the item head can. ``rank`` chooses what the model recommends: ``codes`` the beam's items by their
+code log-probability, ``hybrid`` the same beam's items by code plus item-head log-probability (the beam proposes,
+the item head re-ranks), ``items`` the item head's top items over the whole corpus (no generation: a diagnostic).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
@@ -22,13 +27,17 @@ from torch import nn
 
 from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
+from genrec.errors import UserError
 from genrec.models.backbones import TokenBackbone, as_backbone
+from genrec.models.beam import BeamResult
 from genrec.models.generative import GenerativeRecommender, TargetLogProbs
 from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
 from genrec.tokenize.sid_table import SIDTable
 
 TOKEN_FEATURE = "sid_token"
+ITEM_HEAD_FEATURE = "item_head"
+RANKS = ("codes", "hybrid", "items")
 
 
 class SIDGenerator(GenerativeRecommender):
@@ -42,12 +51,21 @@ class SIDGenerator(GenerativeRecommender):
         item_inputs: also give every history item its own embedding (a table of ``num_items + 1`` rows), added to
             the input of the item's last code token; the tokens an item is generated from never see it, so
             training and decoding read the same inputs.
+        item_head: also score whole items (a table of ``num_items + 1`` output rows) from the state that predicts
+            an item's first code; trained with a full softmax over the items beside the next-token loss.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
+        rank: ``codes``, ``hybrid`` or ``items`` (see the module docstring); the last two need ``item_head``.
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
-                 beam: int = 20, top_k: int = 20, constrained: bool = True, item_inputs: bool = False):
+                 beam: int = 20, top_k: int = 20, constrained: bool = True, item_inputs: bool = False,
+                 item_head: bool = False, rank: str = "codes"):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
+        if rank not in RANKS:
+            raise UserError(f"model.decoding.rank: got {rank!r}, expected one of {RANKS}")
+        if rank != "codes" and not item_head:
+            raise UserError(f"model.decoding.rank={rank} ranks with the item head: set model.generator.item_head=true")
+        self.rank = rank
         self.backbone: TokenBackbone = as_backbone(backbone)
         if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
             self.backbone.add_tokens(self.sids.vocab_size)
@@ -55,6 +73,8 @@ class SIDGenerator(GenerativeRecommender):
         else:
             self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
         self.item_inputs = ItemEmbedding(self.num_items, self.backbone.dim, init_std) if item_inputs else None
+        self.item_head = (ItemEmbedding(self.num_items, self.backbone.dim, init_std, feature=ITEM_HEAD_FEATURE)
+                          if item_head else None)
 
     def sequence_stacks(self) -> list[nn.Module]:
         return [self.backbone]  # its forward (training); prefill and step (decoding) are other methods
@@ -96,6 +116,37 @@ class SIDGenerator(GenerativeRecommender):
     def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
         return F.log_softmax(self._logits(states, level).float(), dim=-1)
 
+    def _item_head_log_probs(self, states: torch.Tensor) -> torch.Tensor:
+        """``(..., D)`` states -> ``(..., num_items + 1)`` the item head's log-softmax over the items (padding row 0:
+        ``-inf``)."""
+        logits = (states @ self.item_head.table().T).float()
+        logits[..., 0] = float("-inf")
+        return F.log_softmax(logits, dim=-1)
+
+    def item_head_log_probs(self, batch: JaggedBatch) -> torch.Tensor:
+        """``(B, num_items + 1)``: the item head's log-probability of every item after each user's history."""
+        users = torch.arange(batch.batch_size, device=batch.item_ids.device)
+        no_prefix = torch.zeros(batch.batch_size, 0, dtype=torch.int64, device=users.device)
+        return self._item_head_log_probs(self._run_rows(self._history(batch), users, no_prefix)[:, -1])
+
+    @torch.no_grad()
+    def ranked(self, batch: JaggedBatch) -> BeamResult:
+        """The beam's items (``rank=codes``), re-ranked by code plus item-head log-probability (``hybrid``), or the
+        item head's ``top_k`` unseen items over the whole corpus (``items``); best first."""
+        if self.rank == "codes":
+            return self.generate(batch)
+        item_log_probs = self.item_head_log_probs(batch)
+        if self.rank == "items":
+            if self.exclude_history and batch.seen_ids is not None:
+                rows = jagged_index(batch.seen_offsets)[0]
+                item_log_probs[rows, batch.seen_ids] = float("-inf")
+            scores, items = item_log_probs.topk(self.top_k, dim=1)
+            return BeamResult(items, scores, self.sids.codes[items])
+        beam = self.generate(batch)
+        scores, order = (beam.scores + item_log_probs.gather(1, beam.items)).sort(dim=1, descending=True)
+        return BeamResult(beam.items.gather(1, order), scores, beam.codes.gather(1, order[..., None].expand_as(
+            beam.codes)))
+
     def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
         of each user's items plus the last target, every token predicted from the ones before it. The targets are
@@ -118,8 +169,9 @@ class SIDGenerator(GenerativeRecommender):
         keep[token_offsets[1:] - 1] = False
         states = self.backbone(self.embed(tokens[keep], token_items[keep]), full_offsets * levels)
         states = states.view(len(items), levels, -1)
+        item_head = None if self.item_head is None else self._item_head_log_probs(states[:, 0])
         return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
-                              items, positions)
+                              items, positions, item_head)
 
     def _history(self, batch: JaggedBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self._sequences(batch, batch.item_ids, batch.offsets)

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.datamodule import SequenceDataModule, load_dataset
 from genrec.data.features import EncodedFeatures, FeatureConfig
@@ -195,13 +195,24 @@ def compile_stacks(cfg: DictConfig, model: torch.nn.Module) -> None:
         stack.compile(dynamic=True)
 
 
-def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tuple[str, ...] = TRUSTED_TARGETS):
+def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tuple[str, ...] = TRUSTED_TARGETS,
+             decoding: dict | None = None):
     """A trained run read back from its folder -> (its config, the data module set up, its task with the
     checkpoint's weights, in eval mode). ``checkpoint``: ``best``, ``last`` (checked by :meth:`RunFolder.checkpoint`
     before the data loads) or a path :meth:`RunFolder.checkpoint` already returned; ``allowed``: the ``_target_``
-    prefixes the run's config may name."""
+    prefixes the run's config may name; ``decoding``: ``model.decoding`` keys of a generative run to change (e.g.
+    ``{"beam": 50}``), checked against the run's own."""
     run = RunFolder.existing(run_dir)
     cfg = run.config(allowed)
+    if decoding:
+        own = cfg.model.get("decoding") if cfg.model.get("kind") == "generative" else None
+        if own is None:
+            raise ConfigError("decoding", f"{run_dir} trained model={cfg.model.name}, which does not decode; "
+                                          "decoding settings apply to generative runs")
+        unknown = sorted(set(decoding) - set(own))
+        if unknown:
+            raise ConfigError("decoding", f"unknown key(s) {unknown}; {run_dir}'s model.decoding has {sorted(own)}")
+        cfg.model.decoding = OmegaConf.merge(own, decoding)
     path = checkpoint if isinstance(checkpoint, Path) else run.checkpoint(checkpoint)
     datamodule = build_datamodule(cfg)
     datamodule.setup()

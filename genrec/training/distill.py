@@ -107,7 +107,8 @@ class DistillTask(GenerativeTask):
         for name, value in (("nll", nll), ("distill", distill)):
             self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
                      sync_dist=True)
-        return global_mean(nll + self.distill.weight * distill, len(targets.items))
+        loss = targets.loss(codes)  # nll, plus the item head's loss for a model with one
+        return global_mean(loss + self.distill.weight * distill, len(targets.items))
 
     def run_info(self) -> dict[str, Any]:
         d = self.distill

@@ -51,10 +51,11 @@ class GenerativeTask(RecommenderTask):
         self.model.exclude_history = value  # removed inside the beam's last step
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """Mean next-token loss; with several processes rescaled so that the averaged gradient is that of the mean
-        over every code token of the global batch (see :func:`global_mean`)."""
+        """Mean next-token loss (plus the item head's, :meth:`TargetLogProbs.loss`); with several processes
+        rescaled so that the averaged gradient is that of the mean over every code token of the global batch (see
+        :func:`global_mean`)."""
         targets = self.model.target_log_probs(batch)
-        return global_mean(targets.nll(self.model.sids.codes[targets.items]), len(targets.items))
+        return global_mean(targets.loss(self.model.sids.codes[targets.items]), len(targets.items))
 
     def configure_model(self) -> None:
         """Under fully sharded training (Lightning's ModelParallelStrategy) shard the generator (FSDP2)."""
@@ -87,5 +88,13 @@ class GenerativeTask(RecommenderTask):
                 "decoding": {"beam": m.beam, "top_k": m.top_k, "constrained": m.constrained,
                              "history_removal": "history items masked in the beam's last step" if
                              self.exclude_history else "none",
-                             "ranking": f"the beam's top-{m.top_k} items ranked by log-probability; items outside "
-                                        "it count as misses (MRR truncated there)"}}
+                             "rank": getattr(m, "rank", "codes"), "ranking": _ranking(m)}}
+
+
+def _ranking(model: GenerativeRecommender) -> str:
+    """How ``model`` orders what it recommends, in words (its ``rank`` setting, ``codes`` for models without)."""
+    k, rank = model.top_k, getattr(model, "rank", "codes")
+    if rank == "items":
+        return f"the item head's top-{k} unseen items over the whole corpus (no generation)"
+    by = "code plus item-head log-probability" if rank == "hybrid" else "log-probability"
+    return f"the beam's top-{k} items ranked by {by}; items outside it count as misses (MRR truncated there)"

@@ -40,12 +40,21 @@ def sid_table(tmp_path_factory):
     return tmp
 
 
-@pytest.fixture(scope="module", params=["tiger", "sid_gpt"])
+HYBRID = ["model.generator.item_head=true", "model.decoding.rank=hybrid"]  # the item head re-ranks the beam
+
+
+@pytest.fixture(scope="module", params=["tiger", "sid_gpt", "sid_gpt_hybrid"])
 def trained(request, sid_table, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
-    cfg = compose_config("train", TINY + SMALL[request.param] + [f"model={request.param}", f"sid_table={sid_table}",
-                                                                 f"data.cache_dir={sid_table / 'cache'}"])
-    return request.param, tmp / "run", train_entry.run(cfg, tmp / "run")
+    name = request.param.removesuffix("_hybrid")
+    extra = HYBRID if request.param.endswith("_hybrid") else []
+    cfg = compose_config("train", TINY + SMALL[name] + extra + [f"model={name}", f"sid_table={sid_table}",
+                                                               f"data.cache_dir={sid_table / 'cache'}"])
+    return name, tmp / "run", train_entry.run(cfg, tmp / "run")
+
+
+def _rank(run_dir) -> str:
+    return json.loads((run_dir / "metrics.json").read_text())["decoding"]["rank"]
 
 
 def test_run_folder_records_the_sid_table_and_decoding(trained, sid_table):
@@ -54,7 +63,8 @@ def test_run_folder_records_the_sid_table_and_decoding(trained, sid_table):
     assert saved["model"] == name and (run_dir / "checkpoints" / "best.ckpt").exists()
     assert saved["sid_table"]["content_hash"] == SIDTable.load(sid_table).content_hash
     assert saved["decoding"] | {"ranking": None} == {"beam": 20, "top_k": 20, "constrained": True, "ranking": None,
-                                                     "history_removal": "history items masked in the beam's last step"}
+                                                     "history_removal": "history items masked in the beam's last step",
+                                                     "rank": _rank(run_dir)}
     for split in ("valid", "test"):
         assert saved["metrics"][split]["invalid_rate"] == 0.0
         assert 0.0 <= saved["metrics"][split]["recall@20"] <= 1.0
@@ -71,6 +81,25 @@ def test_eval_entry_reproduces_test_metrics(trained):
         assert got["invalid_rate"] == 0.0
 
 
+def test_eval_decoding_changes_the_first_runs_decoding_only(trained):
+    """``decoding={rank:...}`` evaluates the run's checkpoint with another ranking; ``compare_to`` the same run keeps
+    its own. The beam's 20 items are the same under ``codes`` and ``hybrid``: recall@20 agrees, the order may not."""
+    name, run_dir, metrics = trained
+    other = "codes" if _rank(run_dir) == "hybrid" else "hybrid"
+    overrides = [f"run_dir={run_dir}", f"compare_to={run_dir}", "baselines=[]", f"out_dir={run_dir / 'eval_rank'}"]
+    if name == "tiger" or other == "hybrid":  # no item head to rank with, or no rank at all
+        with pytest.raises(Exception, match="decoding|item head"):
+            eval_entry.run(compose_config("eval", overrides + [f"decoding={{rank:{other}}}"]))
+        return
+    out = eval_entry.run(compose_config("eval", overrides + [f"decoding={{rank:{other}}}"]))
+    changed, own = out["models"][f"{name} #1"], out["models"][f"{name} #2"]
+    assert changed["decoding"] == {"rank": other} and own["decoding"] is None
+    assert own["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
+    assert changed["metrics"]["test"]["recall@20"] == pytest.approx(metrics["metrics"]["test"]["recall@20"], abs=1e-6)
+    with pytest.raises(Exception, match=r"decoding: unknown key\(s\) \['width'\]"):
+        eval_entry.run(compose_config("eval", overrides + ["decoding={width:5}"]))
+
+
 def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):
     name, run_dir, metrics = trained
     cfg = compose_config("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
@@ -80,7 +109,7 @@ def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, t
                                  "max_len": 10}
     assert manifest["decoding"] | {"token_layout": None} == {
         "sid_table": "sid_table", "id_map": "item_ids", "beam": 20, "top_k": 20, "constrained": True,
-        "exclude_history": True, "token_layout": None}
+        "exclude_history": True, "token_layout": None, "rank": _rank(run_dir)}
     files = {entry["file"] for entry in manifest["artifacts"].values()}
     assert files == {p.name for p in tmp_path.iterdir()} - {"manifest.json"}
     exported, trained_with = SIDTable.load(tmp_path), SIDTable.load(sid_table)
@@ -126,5 +155,7 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
     assert script._items_under_prefix(codes)[1:].tolist() == [[4, 3, 2], [4, 3, 2], [4, 3, 1], [4, 1, 1]]
     own_beam = found["decoding"]["rows"][0]
     assert found["decoding"]["sample_users"] == found["item_nats"]["test"]["targets"] == metrics["dataset"]["users"]
-    # the run's metrics were logged as float32
-    assert own_beam["beam"] == 20 and own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)
+    # the run's metrics were logged as float32; the rows rank by codes, as the run does unless its item head re-ranks
+    assert own_beam["beam"] == 20
+    if _rank(run_dir) == "codes":
+        assert own_beam["recall@10"] == pytest.approx(test["recall@10"], abs=1e-6)

@@ -1,0 +1,111 @@
+"""The SID generator's item head (``item_head=true``): its loss, and the three ways the model ranks (``codes``,
+``hybrid``, ``items``), each against a direct computation."""
+import pytest
+import torch
+
+from genrec.errors import UserError
+from genrec.models.sasrec import SASRec
+from genrec.models.sid_generator import SIDGenerator
+from tests.generative.helpers import eval_batch, make_table, one_thread, train_batch
+
+single_thread = pytest.fixture(autouse=True)(one_thread)
+
+TABLE = make_table(40, (4, 5, 3))
+HISTORIES = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10, 11], [12]]
+
+
+def generator(**kw) -> SIDGenerator:
+    torch.manual_seed(0)
+    model = SIDGenerator(TABLE, SASRec(dim=16, num_layers=2, num_heads=2, max_len=40, dropout=0.0),
+                         **{"item_head": True, "beam": 8, "top_k": 5, **kw}).eval()
+    with torch.no_grad():  # spread the untrained model's distributions so that rankings differ clearly
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(3.0)
+    return model
+
+
+def test_loss_adds_the_item_heads_cross_entropy_to_the_next_token_loss():
+    """On one sequence ``a b c``: the loss is the mean code NLL plus the mean of ``-log p_item(target)``, each
+    target's item distribution computed again from its own prefix through the decoding path."""
+    model = generator()
+    a, b, c = 5, 17, 30
+    with torch.no_grad():
+        loss = model.loss(train_batch([[a, b, c]]))
+        steps = (([], a), ([a], b), ([a, b], c))
+        codes = sum(float(model.item_log_probs(eval_batch([h]), torch.tensor([[i]]))) for h, i in steps)
+        items = sum(float(model.item_head_log_probs(eval_batch([h]))[0, i]) for h, i in steps)
+    assert float(loss) == pytest.approx(-codes / (3 * 3) - items / 3, abs=1e-5)
+
+
+def test_without_the_item_head_the_loss_is_the_next_token_loss_alone():
+    with_head, without = generator(), generator(item_head=False)
+    without.load_state_dict({k: v for k, v in with_head.state_dict().items() if "item_head" not in k})
+    batch = train_batch([[5, 17, 30], [2, 9]])
+    with torch.no_grad():
+        targets = with_head.target_log_probs(batch)
+        assert float(without.loss(batch)) == pytest.approx(float(targets.nll(with_head.sids.codes[targets.items])), abs=1e-6)
+        assert float(with_head.loss(batch)) == pytest.approx(float(without.loss(batch) + targets.item_nll()), abs=1e-6)
+
+
+def test_hybrid_re_ranks_the_beams_items_by_code_plus_item_log_probability():
+    model = generator(rank="hybrid")
+    batch = eval_batch(HISTORIES)
+    beam, ranked = model.generate(batch), model.ranked(batch)
+    with torch.no_grad():
+        head = model.item_head_log_probs(batch)
+    for user in range(len(HISTORIES)):
+        expected = {int(i): float(s) + float(head[user, i]) for i, s in zip(beam.items[user], beam.scores[user])}
+        got = {int(i): float(s) for i, s in zip(ranked.items[user], ranked.scores[user])}
+        assert got.keys() == expected.keys()
+        assert all(got[i] == pytest.approx(expected[i], abs=1e-5) for i in got)
+        assert ranked.scores[user].tolist() == sorted(ranked.scores[user].tolist(), reverse=True)
+        assert (ranked.codes[user] == model.sids.codes[ranked.items[user]]).all()
+    assert not torch.equal(ranked.items, beam.items)  # the re-ranking changed some order
+
+
+def test_items_ranks_the_whole_corpus_by_the_item_head_without_the_history():
+    model = generator(rank="items")
+    batch = eval_batch(HISTORIES)
+    ranked = model.ranked(batch)
+    with torch.no_grad():
+        head = model.item_head_log_probs(batch)
+    for user, history in enumerate(HISTORIES):
+        scores = head[user].clone()
+        scores[history] = float("-inf")
+        top = scores.topk(5)
+        assert ranked.items[user].tolist() == top.indices.tolist()
+        assert torch.allclose(ranked.scores[user], top.values)
+        assert not set(history) & set(ranked.items[user].tolist())
+    assert torch.allclose(head.exp().sum(1), torch.ones(len(HISTORIES)), atol=1e-5)
+    assert (head[:, 0] == float("-inf")).all()  # the padding row is never an item
+
+
+def test_codes_ranks_exactly_like_the_beam():
+    model = generator(rank="codes")
+    batch = eval_batch(HISTORIES)
+    assert torch.equal(model.ranked(batch).items, model.generate(batch).items)
+
+
+def test_ranking_with_the_item_head_needs_one():
+    with pytest.raises(UserError, match="model.decoding.rank=hybrid ranks with the item head"):
+        generator(item_head=False, rank="hybrid")
+    with pytest.raises(UserError, match="model.decoding.rank: got 'best'"):
+        generator(rank="best")
+
+
+def test_a_tiny_model_learns_a_deterministic_successor_through_its_item_head():
+    """Item i is always followed by item i % 40 + 1: after training, the item head alone puts the successor first."""
+    torch.manual_seed(0)
+    model = SIDGenerator(TABLE, SASRec(dim=16, num_layers=2, num_heads=2, max_len=40, dropout=0.0), item_head=True,
+                         rank="items", beam=5, top_k=1)
+    batch = train_batch([[(s + j - 1) % 40 + 1 for j in range(4)] for s in range(1, 41)])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        loss = model.loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    top = model.ranked(eval_batch([[i, i % 40 + 1] for i in range(1, 41)])).items[:, 0]
+    assert float((top == torch.tensor([(i + 1) % 40 + 1 for i in range(1, 41)])).float().mean()) > 0.9
