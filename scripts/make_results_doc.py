@@ -535,6 +535,9 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_cosine_items": "SID-GPT with item-ID inputs, SFT with a cosine learning-rate decay",
                "sft_conv": "SID-GPT, SFT to early stopping",
                "sft_distill": "SID-GPT, SFT with distillation from SASRec from the first step",
+               "sft_items": "SID-GPT with an item head re-ranking its beam, SFT",
+               "sft_items_distill": "SID-GPT with an item head re-ranking its beam, SFT with distillation from SASRec "
+                                    "from the first step",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
@@ -886,6 +889,11 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     if lines:
         out += ["Distillation from the first step against plain SFT (same seed, learning rate and epoch cap; early "
                 "stopping may end either first; the student's compute per step is the same):", ""] + lines + [""]
+    lines = (_against_control(by_stage, "sft", stages=("sft_items",))
+             + _against_control(by_stage, "sft_distill", stages=("sft_items_distill",)))
+    if lines:
+        out += ["An item head re-ranking the beam (`model.generator.item_head=true model.decoding.rank=hybrid`) "
+                "against the same training without one (same seed, learning rate and epoch cap):", ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
@@ -907,6 +915,49 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
                        " | ".join(f"{statistics.mean(s[k] for s in stats):+.4f}" for k in keys) + " |")
         out.append("")
     return out
+
+
+#: ``model.decoding`` overrides of scripts/compare_rankings.py -> what the ranking is
+RANKINGS = {"codes": "the beam, by code log-probability", "hybrid": "the beam, re-ranked by code + item-head "
+            "log-probability", "items": "the item head alone over every item (no generation)"}
+
+
+def _ranking_label(decoding: dict) -> str:
+    """``{"rank": "hybrid", "beam": 50, "top_k": 50}`` -> words (beam 20 when not overridden)."""
+    rank = RANKINGS[decoding.get("rank", "codes")]
+    widths = [f"{k.replace('_', '-')} {v}" for k, v in decoding.items() if k != "rank"]
+    return rank + (f" ({', '.join(widths)})" if widths and decoding.get("rank") != "items" else "")
+
+
+def ranking_tables(files: list[dict]) -> list[str]:
+    """The same generator checkpoints ranked several ways (scripts/compare_rankings.py), mean ± std over seeds."""
+    out = []
+    for r in (f for f in files if f.get("kind") == "ranking_comparison"):
+        stages = {}
+        for row in r["runs"]:
+            named = {"name": row["results_name"] or ""}
+            label = _stage_label(_stage(named)) if _post_prefix(named) else row["run"]
+            stages.setdefault((label, json.dumps(row["decoding"], sort_keys=True)), []).append(row)
+        out += [f"## Same checkpoints, ranked several ways: {r['dataset']['dataset']} (`results/{r['name']}.json`)",
+                "", "`python scripts/compare_rankings.py`: each run's best checkpoint (chosen by validation under the "
+                "run's own ranking) evaluated again with other `model.decoding` settings (`genrec-eval "
+                "decoding=...`), validation and test split, full corpus, history removed.", "",
+                "| model | ranking | valid ndcg@10 | test recall@10 | test ndcg@10 | test recall@20 | test log p(target) "
+                "| seeds | eval time (s) |", "|---|---|---|---|---|---|---|---|---|"]
+        for (label, _), rows in stages.items():
+            tests = [row["metrics"]["test"] for row in rows]
+            cells = [_cell([row["metrics"]["valid"]["ndcg@10"] for row in rows])]
+            cells += [_cell([t[m] for t in tests]) for m in ("recall@10", "ndcg@10", "recall@20")]
+            cells += [_cell([t["target_log_prob"] for t in tests])]
+            out.append(f"| {label} | {_ranking_label(rows[0]['decoding'])} | " + " | ".join(cells) +
+                       f" | {', '.join(str(row['seed']) for row in rows)} | "
+                       f"{statistics.mean(row['seconds'] for row in rows):.0f} |")
+        out += ["", f"Commits: {r['commit'][:12]}.", ""] + RANKING_NOTES.get(r["name"], [])
+    return out
+
+
+#: prose under a ranking comparison (results file name -> paragraphs)
+RANKING_NOTES: dict[str, list[str]] = {}
 
 
 def curve_tables(files: list[dict]) -> list[str]:
@@ -2113,6 +2164,7 @@ def main() -> None:
     lines += post_training_tables(files)
     lines += sid_source_tables(files)
     lines += diagnosis_tables(files)
+    lines += ranking_tables(files)
     lines += curve_tables(files)
     lines += export_tables(files)
     lines += benchmark_tables(files)

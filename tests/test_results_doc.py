@@ -84,3 +84,25 @@ def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed(
                 "distill": [run("distill", 0, 0.060)]}
     lines = doc._against_control(by_stage, "sft", stages=("sft_distill",))
     assert len(lines) == 1 and "(+10.0%)" in lines[0] and "from the first step" in lines[0]  # seed 2 has no SFT run
+
+
+def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
+    doc = load_script("make_results_doc")
+
+    def row(seed: int, decoding: dict, ndcg: float) -> dict:
+        split = {"ndcg@10": ndcg, "recall@10": 2 * ndcg, "recall@20": 3 * ndcg, "target_log_prob": -9.0}
+        return {"run": f"runs/sft_items-{seed}", "results_name": f"scientific_post_sft_items_seed{seed}",
+                "seed": seed, "decoding": decoding, "metrics": {"valid": split, "test": split}, "seconds": 10.0}
+
+    hybrid, wide = {"rank": "hybrid"}, {"rank": "hybrid", "beam": 50, "top_k": 50}
+    rows = [row(0, hybrid, 0.06), row(0, wide, 0.07), row(1, hybrid, 0.08), row(1, wide, 0.07)]
+    lines = doc.ranking_tables([{"kind": "ranking_comparison", "name": "rankings", "commit": "abc",
+                                 "dataset": {"dataset": "scientific"}, "runs": rows}])
+    table = [line for line in lines if line.startswith("| SID-GPT with an item head")]
+    assert table == [
+        "| SID-GPT with an item head re-ranking its beam, SFT | the beam, re-ranked by code + item-head "
+        "log-probability | 0.0700 ± 0.0141 | 0.1400 ± 0.0283 | 0.0700 ± 0.0141 | 0.2100 ± 0.0424 | "
+        "-9.0000 ± 0.0000 | 0, 1 | 10 |",
+        "| SID-GPT with an item head re-ranking its beam, SFT | the beam, re-ranked by code + item-head "
+        "log-probability (beam 50, top-k 50) | 0.0700 ± 0.0000 | 0.1400 ± 0.0000 | 0.0700 ± 0.0000 | "
+        "0.2100 ± 0.0000 | -9.0000 ± 0.0000 | 0, 1 | 10 |"]

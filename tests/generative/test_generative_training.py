@@ -100,6 +100,23 @@ def test_eval_decoding_changes_the_first_runs_decoding_only(trained):
         eval_entry.run(compose_config("eval", overrides + ["decoding={width:5}"]))
 
 
+def test_compare_rankings_reproduces_the_runs_own_ranking(trained, tmp_path):
+    """scripts/compare_rankings.py: the run's own decoding (its beam of 20) gives its recorded metrics; a generator
+    whose item head re-ranks the beam, ranked by its codes instead, ranks the same 20 items: recall@20 agrees."""
+    name, run_dir, metrics = trained
+    hybrid = _rank(run_dir) == "hybrid"
+    out = tmp_path / "rankings.json"
+    variants = ["beam=20"] + (["rank=codes"] if hybrid else [])
+    load_script("compare_rankings").main([str(run_dir), "--out", str(out)] +
+                                         [a for v in variants for a in ("--variant", v)])
+    rows = json.loads(out.read_text())["runs"]
+    assert [r["decoding"] for r in rows] == [{"beam": 20}] + ([{"rank": "codes"}] if hybrid else [])
+    for split in ("valid", "test"):
+        assert rows[0]["metrics"][split] == pytest.approx(metrics["metrics"][split], abs=1e-6)
+        if hybrid:
+            assert rows[1]["metrics"][split]["recall@20"] == pytest.approx(rows[0]["metrics"][split]["recall@20"])
+
+
 def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):
     name, run_dir, metrics = trained
     cfg = compose_config("export", overrides=[f"run_dir={run_dir}", f"out_dir={tmp_path}"])
