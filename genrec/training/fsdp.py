@@ -29,7 +29,8 @@ from torch import nn
 from genrec.errors import ConfigError, settings_from
 
 #: the generator methods the tasks call (each gathers the root unit's parameters like a forward)
-FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "prefix_item_log_probs", "generate")
+FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "prefix_item_log_probs", "generate",
+                   "item_head_log_probs")
 
 
 @dataclass(frozen=True)
