@@ -930,17 +930,22 @@ def _ranking_label(decoding: dict) -> str:
 
 
 def ranking_tables(files: list[dict]) -> list[str]:
-    """The same generator checkpoints ranked several ways (scripts/compare_rankings.py), mean ± std over seeds."""
-    out = []
+    """The same generator checkpoints ranked several ways (scripts/compare_rankings.py), one section per dataset
+    over all its files, mean ± std over seeds."""
+    by_dataset = {}
     for r in (f for f in files if f.get("kind") == "ranking_comparison"):
+        by_dataset.setdefault(r["dataset"]["dataset"], []).append(r)
+    out = []
+    for dataset, comparisons in by_dataset.items():
         stages = {}
-        for row in r["runs"]:
+        for row in (row for r in comparisons for row in r["runs"]):
             named = {"name": row["results_name"] or ""}
             label = _stage_label(_stage(named)) if _post_prefix(named) else row["run"]
             stages.setdefault((label, json.dumps(row["decoding"], sort_keys=True)), []).append(row)
-        out += [f"## Same checkpoints, ranked several ways: {r['dataset']['dataset']} (`results/{r['name']}.json`)",
-                "", "`python scripts/compare_rankings.py`: each run's best checkpoint (chosen by validation under the "
-                "run's own ranking) evaluated again with other `model.decoding` settings (`genrec-eval "
+        sources = ", ".join(f"`results/{r['name']}.json`" for r in comparisons)
+        out += [f"## Same checkpoints, ranked several ways: {dataset}", "",
+                f"`python scripts/compare_rankings.py` ({sources}): each run's best checkpoint (chosen by validation "
+                "under the run's own ranking) evaluated again with other `model.decoding` settings (`genrec-eval "
                 "decoding=...`), validation and test split, full corpus, history removed.", "",
                 "| model | ranking | valid ndcg@10 | test recall@10 | test ndcg@10 | test recall@20 | test log p(target) "
                 "| seeds | eval time (s) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -952,11 +957,13 @@ def ranking_tables(files: list[dict]) -> list[str]:
             out.append(f"| {label} | {_ranking_label(rows[0]['decoding'])} | " + " | ".join(cells) +
                        f" | {', '.join(str(row['seed']) for row in rows)} | "
                        f"{statistics.mean(row['seconds'] for row in rows):.0f} |")
-        out += ["", f"Commits: {r['commit'][:12]}.", ""] + RANKING_NOTES.get(r["name"], [])
+        commits = sorted({r["commit"][:12] for r in comparisons})
+        out += ["", f"Commits: {', '.join(f'`{c}`' for c in commits)}.", ""]
+        out += RANKING_NOTES.get(dataset, [])
     return out
 
 
-#: prose under a ranking comparison (results file name -> paragraphs)
+#: prose under the ranking comparisons of a dataset (its name -> paragraphs)
 RANKING_NOTES: dict[str, list[str]] = {}
 
 

@@ -95,9 +95,11 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
                 "seed": seed, "decoding": decoding, "metrics": {"valid": split, "test": split}, "seconds": 10.0}
 
     hybrid, wide = {"rank": "hybrid"}, {"rank": "hybrid", "beam": 50, "top_k": 50}
-    rows = [row(0, hybrid, 0.06), row(0, wide, 0.07), row(1, hybrid, 0.08), row(1, wide, 0.07)]
-    lines = doc.ranking_tables([{"kind": "ranking_comparison", "name": "rankings", "commit": "abc",
-                                 "dataset": {"dataset": "scientific"}, "runs": rows}])
+    files = [{"kind": "ranking_comparison", "name": f"rankings_seed{seed}", "commit": "abc",
+              "dataset": {"dataset": "scientific"}, "runs": [row(seed, hybrid, ndcg), row(seed, wide, 0.07)]}
+             for seed, ndcg in ((0, 0.06), (1, 0.08))]  # one file per seed: rows are averaged across files
+    lines = doc.ranking_tables(files)
+    assert lines[0] == "## Same checkpoints, ranked several ways: scientific"
     table = [line for line in lines if line.startswith("| SID-GPT with an item head")]
     assert table == [
         "| SID-GPT with an item head re-ranking its beam, SFT | the beam, re-ranked by code + item-head "
