@@ -24,7 +24,9 @@
 # SFT_OVERRIDES (e.g. "optim.schedule=cosine") with SFT_TAG (e.g. _cosine): an SFT variant -> <prefix>sft<tag>_seed<S>,
 # and the stages start from it (<prefix><arm><tag>_seed<S>); ARMS="" runs no stage. The recorded variants:
 # SFT_TAG=_cosine SFT_OVERRIDES="optim.schedule=cosine" and SFT_TAG=_cosine_items SFT_OVERRIDES="optim.schedule=cosine
-# model.generator.item_inputs=true" (each history item's own embedding beside its codes) on Beauty; SFT_TAG=_conv
+# model.generator.item_inputs=true" (each history item's own embedding beside its codes) on Beauty; SFT_TAG=_items
+# SFT_OVERRIDES="model.generator.item_head=true model.decoding.rank=hybrid" (an item head re-ranking the beam) and
+# SFT_TAG=_items_distill (the same plus the distillation overrides below) ARMS="" on Scientific and Beauty; SFT_TAG=_conv
 # SFT_EPOCHS=100 (SFT to early stopping; an SFT_TAG alone names a variant of the epochs) on the synthetic log. STAGE_TAG
 # (e.g. _lr5e-5, with STAGE_LR=5e-5) names a stage variant -> <prefix><arm><sft tag><stage tag>_seed<S>, so that
 # stages at another learning rate do not overwrite the recorded ones.
@@ -39,7 +41,9 @@
 # STAGE_LR=5e-4 ARMS="sft_more_nodrop sdpo_seq sdpo distill dpo", two processes side by side; and, at seed 0,
 # STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill"; and, at seeds 0-2, SFT with distillation from
 # the first step, SFT_TAG=_distill SFT_OVERRIDES="distill=teacher distill.teacher=$RUNS/teacher" (its path written
-# out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side.
+# out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side; the _items and _items_distill variants
+# at seeds 0-2 with SFT_EPOCHS=25, up to six processes side by side. Beauty's _items_distill: SEEDS=0 SFT_EPOCHS=10
+# (the epochs of its plain SFT runs), alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
