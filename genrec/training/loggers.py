@@ -3,8 +3,8 @@
 **The CSV log** (``<run>/logs/metrics.csv``): Lightning's CSVLogger deletes an existing ``metrics.csv`` when it
 starts; a resumed run must append instead, after dropping the rows the killed process logged past its last
 checkpoint (the resumed run logs those steps again): :class:`~genrec.training.resume.ResumeState` calls
-:meth:`RunCSVLogger.truncate` with the checkpoint's global step. Rows are written as they are logged, so a killed
-process loses none it had logged.
+:meth:`RunCSVLogger.truncate` with the checkpoint's global step. Rows are written as they are logged, and the file is
+rewritten only atomically (a new metric's column, a truncation), so a killed process loses none it had logged.
 
 **Trackers** (MLflow, Weights & Biases): when training starts, :class:`TrackerRuns` writes ``<run>/trackers.json``,
 for every logger that can continue its run, the keyword arguments that make a new logger continue it (MLflow: the
@@ -51,13 +51,24 @@ class _AppendingWriter(ExperimentWriter):
             reader = csv.DictReader(f)
             fields = list(reader.fieldnames or [])
             kept = [row for row in reader if int(float(row["step"])) < before_step]
+        self._replace_file(fields, kept)
+        self.metrics_keys = fields
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        """Lightning's rewrite when a new metric appears, made atomic: Lightning truncates the file and writes it
+        again, so a process killed in between loses every row it had logged."""
+        with open(self.metrics_file_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        self._replace_file(fieldnames, rows)
+
+    def _replace_file(self, fieldnames: list[str], rows: list[dict]) -> None:
+        """Write ``rows`` under the header ``fieldnames`` to a new file, then move it over ``metrics.csv``."""
         partial = Path(self.metrics_file_path + ".partial")
         with open(partial, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
+            writer = csv.DictWriter(f, fieldnames=fieldnames)
             writer.writeheader()
-            writer.writerows(kept)
+            writer.writerows(rows)
         os.replace(partial, self.metrics_file_path)
-        self.metrics_keys = fields
 
 
 class RunCSVLogger(CSVLogger):
