@@ -42,8 +42,8 @@
 # STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill"; and, at seeds 0-2, SFT with distillation from
 # the first step, SFT_TAG=_distill SFT_OVERRIDES="distill=teacher distill.teacher=$RUNS/teacher" (its path written
 # out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side; the _items and _items_distill variants
-# at seeds 0-2 with SFT_EPOCHS=25, up to six processes side by side. Beauty's _items_distill: SEEDS=0 SFT_EPOCHS=10
-# (the epochs of its plain SFT runs), alone.
+# at seeds 0-2 with SFT_EPOCHS=25, up to six processes side by side. Beauty's _items and _items_distill: SEEDS=0
+# SFT_EPOCHS=10 (the epochs of its plain SFT runs), _items_distill alone and again (the same metrics) beside _items.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
