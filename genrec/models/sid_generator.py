@@ -12,7 +12,9 @@ item also has its own embedding row, added at its last code token: the codes are
 lets the stack tell apart items that share them (an item's own codes are generated from earlier tokens only).
 With ``item_head`` the state that predicts an item's first code also scores every whole item (a softmax over the
 items, trained beside the next-token loss, as in LIGER, Yang et al. 2024): codes shared by many items cannot tell
-them apart, the item head can. ``rank`` chooses what the model recommends: ``codes`` the beam's items by their
+them apart, the item head can. With both and ``tie_item_tables`` the item head scores items with the item-input
+table, as SASRec ties its input and output item embeddings: the row that says "this item was read" is the row that
+says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model recommends: ``codes`` the beam's items by their
 code log-probability, ``hybrid`` the same beam's items by code plus item-head log-probability (the beam proposes,
 the item head re-ranks), ``items`` the item head's top items over the whole corpus (no generation: a diagnostic).
 
@@ -53,18 +55,22 @@ class SIDGenerator(GenerativeRecommender):
             training and decoding read the same inputs.
         item_head: also score whole items (a table of ``num_items + 1`` output rows) from the state that predicts
             an item's first code; trained with a full softmax over the items beside the next-token loss.
+        tie_item_tables: the item head uses the ``item_inputs`` table (needs both); no table of its own.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
         rank: ``codes``, ``hybrid`` or ``items`` (see the module docstring); the last two need ``item_head``.
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
                  beam: int = 20, top_k: int = 20, constrained: bool = True, item_inputs: bool = False,
-                 item_head: bool = False, rank: str = "codes"):
+                 item_head: bool = False, rank: str = "codes", tie_item_tables: bool = False):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
         if rank not in RANKS:
             raise UserError(f"model.decoding.rank: got {rank!r}, expected one of {RANKS}")
         if rank != "codes" and not item_head:
             raise UserError(f"model.decoding.rank={rank} ranks with the item head: set model.generator.item_head=true")
+        if tie_item_tables and not (item_inputs and item_head):
+            raise UserError("model.generator.tie_item_tables=true scores items with the item-input table: set "
+                            "model.generator.item_inputs=true and model.generator.item_head=true")
         self.rank = rank
         self.backbone: TokenBackbone = as_backbone(backbone)
         if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
@@ -73,8 +79,9 @@ class SIDGenerator(GenerativeRecommender):
         else:
             self.tokens = ItemEmbedding(self.sids.vocab_size - 1, self.backbone.dim, init_std, feature=TOKEN_FEATURE)
         self.item_inputs = ItemEmbedding(self.num_items, self.backbone.dim, init_std) if item_inputs else None
+        self.has_item_head, self.tie_item_tables = item_head, tie_item_tables
         self.item_head = (ItemEmbedding(self.num_items, self.backbone.dim, init_std, feature=ITEM_HEAD_FEATURE)
-                          if item_head else None)
+                          if item_head and not tie_item_tables else None)
 
     def sequence_stacks(self) -> list[nn.Module]:
         return [self.backbone]  # its forward (training); prefill and step (decoding) are other methods
@@ -119,7 +126,8 @@ class SIDGenerator(GenerativeRecommender):
     def _item_head_log_probs(self, states: torch.Tensor) -> torch.Tensor:
         """``(..., D)`` states -> ``(..., num_items + 1)`` the item head's log-softmax over the items (padding row 0:
         ``-inf``)."""
-        logits = (states @ self.item_head.table().T).float()
+        table = self.item_inputs.table() if self.tie_item_tables else self.item_head.table()
+        logits = (states @ table.T).float()
         logits[..., 0] = float("-inf")
         return F.log_softmax(logits, dim=-1)
 
@@ -169,7 +177,7 @@ class SIDGenerator(GenerativeRecommender):
         keep[token_offsets[1:] - 1] = False
         states = self.backbone(self.embed(tokens[keep], token_items[keep]), full_offsets * levels)
         states = states.view(len(items), levels, -1)
-        item_head = None if self.item_head is None else self._item_head_log_probs(states[:, 0])
+        item_head = self._item_head_log_probs(states[:, 0]) if self.has_item_head else None
         return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
                               items, positions, item_head)
 

@@ -41,13 +41,18 @@ def sid_table(tmp_path_factory):
 
 
 HYBRID = ["model.generator.item_head=true", "model.decoding.rank=hybrid"]  # the item head re-ranks the beam
+# the same with the head scoring through the item-input table
+TIED = HYBRID + ["model.generator.item_inputs=true", "model.generator.tie_item_tables=true"]
 
 
-@pytest.fixture(scope="module", params=["tiger", "sid_gpt", "sid_gpt_hybrid"])
+VARIANTS = {"tiger": ("tiger", []), "sid_gpt": ("sid_gpt", []), "sid_gpt_hybrid": ("sid_gpt", HYBRID),
+            "sid_gpt_tied": ("sid_gpt", TIED)}  # test id -> (model, extra overrides)
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
 def trained(request, sid_table, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
-    name = request.param.removesuffix("_hybrid")
-    extra = HYBRID if request.param.endswith("_hybrid") else []
+    name, extra = VARIANTS[request.param]
     cfg = compose_config("train", TINY + SMALL[name] + extra + [f"model={name}", f"sid_table={sid_table}",
                                                                f"data.cache_dir={sid_table / 'cache'}"])
     return name, tmp / "run", train_entry.run(cfg, tmp / "run")

@@ -94,11 +94,38 @@ def test_ranking_with_the_item_head_needs_one():
         generator(rank="best")
 
 
-def test_a_tiny_model_learns_a_deterministic_successor_through_its_item_head():
-    """Item i is always followed by item i % 40 + 1: after training, the item head alone puts the successor first."""
+def test_tied_item_head_scores_with_the_item_input_table():
+    """``tie_item_tables``: no table of its own; the item head's logits are the last state times the item-input
+    rows (computed here by hand), and a gradient of the head's loss reaches that table."""
+    model = generator(item_inputs=True, tie_item_tables=True, rank="items")
+    assert model.item_head is None
+    assert not any("item_head" in name for name in model.state_dict())
+    batch = eval_batch(HISTORIES)
+    users = torch.arange(len(HISTORIES))
+    with torch.no_grad():
+        states = model._run_rows(model._history(batch), users, torch.zeros(len(users), 0, dtype=torch.int64))[:, -1]
+        logits = states @ model.item_inputs.table().T
+        logits[:, 0] = float("-inf")
+        assert torch.allclose(model.item_head_log_probs(batch), logits.log_softmax(1), atol=1e-5)
+    model.train()
+    model.loss(train_batch([[5, 17, 30], [2, 9]])).backward()
+    rows = model.item_inputs.tables.weight(model.item_inputs.table_name)
+    assert rows.grad is not None and float(rows.grad[12].abs().sum()) > 0  # item 12: never read, only scored
+
+
+def test_tying_the_item_tables_needs_both():
+    for kw in (dict(item_inputs=False), dict(item_inputs=True, item_head=False, rank="codes")):
+        with pytest.raises(UserError, match="tie_item_tables=true scores items with the item-input table"):
+            generator(tie_item_tables=True, **kw)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_tiny_model_learns_a_deterministic_successor_through_its_item_head(tied):
+    """Item i is always followed by item i % 40 + 1: after training, the item head alone puts the successor first
+    (with its own table, or with the tied item-input table)."""
     torch.manual_seed(0)
     model = SIDGenerator(TABLE, SASRec(dim=16, num_layers=2, num_heads=2, max_len=40, dropout=0.0), item_head=True,
-                         rank="items", beam=5, top_k=1)
+                         rank="items", beam=5, top_k=1, item_inputs=tied, tie_item_tables=tied)
     batch = train_batch([[(s + j - 1) % 40 + 1 for j in range(4)] for s in range(1, 41)])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(60):
