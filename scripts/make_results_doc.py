@@ -538,6 +538,9 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_items": "SID-GPT with an item head re-ranking its beam, SFT",
                "sft_items_distill": "SID-GPT with an item head re-ranking its beam, SFT with distillation from SASRec "
                                     "from the first step",
+               "sft_items_tied": "SID-GPT with item-ID inputs and an item head tied to them, re-ranking its beam, SFT",
+               "sft_items_tied_distill": "SID-GPT with item-ID inputs and an item head tied to them, re-ranking its "
+                                         "beam, SFT with distillation from SASRec from the first step",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
@@ -919,6 +922,12 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         out += ["An item head re-ranking the beam (`model.generator.item_head=true model.decoding.rank=hybrid`) "
                 "against the same training without one, or against plain SFT where no run with distillation from "
                 "the first step was made (same seed, learning rate and epoch cap):", ""] + lines + [""]
+    lines = (_against_control(by_stage, "sft_items", stages=("sft_items_tied",))
+             + _against_control(by_stage, "sft_items_distill", stages=("sft_items_tied_distill",)))
+    if lines:
+        out += ["The item head tied to item-ID inputs (`model.generator.item_inputs=true "
+                "model.generator.tie_item_tables=true`) against the item head with a table of its own (same seed, "
+                "learning rate, epoch cap and SID table):", ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]

@@ -43,7 +43,10 @@
 # the first step, SFT_TAG=_distill SFT_OVERRIDES="distill=teacher distill.teacher=$RUNS/teacher" (its path written
 # out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side; the _items and _items_distill variants
 # at seeds 0-2 with SFT_EPOCHS=25, up to six processes side by side. Beauty's _items and _items_distill: SEEDS=0
-# SFT_EPOCHS=10 (the epochs of its plain SFT runs), _items_distill alone and again (the same metrics) beside _items.
+# SFT_EPOCHS=10 (the epochs of its plain SFT runs), _items_distill alone and again (the same metrics) beside _items;
+# and SFT_TAG=_items_tied SFT_OVERRIDES="model.generator.item_head=true model.decoding.rank=hybrid
+# model.generator.item_inputs=true model.generator.tie_item_tables=true" (the item head scores with the item-input
+# table) beside _items_tied_distill (the same plus the distillation overrides), SEEDS=0 SFT_EPOCHS=10.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
