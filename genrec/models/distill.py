@@ -57,3 +57,10 @@ def distillation_loss(student_levels: list[torch.Tensor], teacher_levels: list[t
         total = total - ((q[keep] / mass[keep, None]) * logp[keep]).sum()
         count += int(keep.sum())
     return total / max(count, 1)
+
+
+def item_distillation_loss(student_items: torch.Tensor, items: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy ``-sum_j q_j log p(i_j)`` between the teacher's top items ``items (P, k)`` with
+    probabilities ``probs (P, k)`` (:func:`teacher_top_k`) and a student's log-softmax over whole items
+    ``student_items (P, num_items + 1)`` (an item head): the teacher's item distribution taught to it directly."""
+    return -(probs * student_items.gather(1, items)).sum(1).mean()

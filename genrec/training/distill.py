@@ -1,10 +1,11 @@
 """Distillation from a trained ID-based run (SASRec, HSTU) into a generative recommender: the next-token loss plus
 ``weight`` x the cross-entropy between the teacher's distribution over its top items at every training position,
 summed by code prefix, and the student's per-level softmax along the true target's codes
-(:mod:`genrec.models.distill`). The student's compute per step is that of plain training: the distillation term
-reads the log-probabilities the next-token loss computes anyway. The teacher is frozen, in eval mode (it draws no
-random numbers), not part of the student's state dict or checkpoints: a resumed run reads it again from its run
-folder, which ``distill.teacher`` names."""
+(:mod:`genrec.models.distill`); for a student with an item head, also ``item_head_weight`` x the cross-entropy
+between those top items and the item head's softmax. The student's compute per step is that of plain training: the
+distillation terms read the log-probabilities the training loss computes anyway. The teacher is frozen, in eval mode
+(it draws no random numbers), not part of the student's state dict or checkpoints: a resumed run reads it again from
+its run folder, which ``distill.teacher`` names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.batch import JaggedBatch
 from genrec.errors import ConfigError, settings_from
-from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
+from genrec.models.distill import distillation_loss, item_distillation_loss, level_targets, teacher_top_k
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.recommender import SequentialRecommender
 from genrec.training.generative import GenerativeTask, global_mean
@@ -31,6 +32,8 @@ class DistillConfig:
         weight: weight of the distillation term (0: plain next-token training).
         top_k: the teacher's items per position whose probabilities are distilled.
         temperature: the teacher's softmax temperature.
+        item_head_weight: weight of the cross-entropy between the teacher's top items and the student's item head
+            (0: the head learns from the true targets alone; a student without a head refuses a weight > 0).
     """
 
     teacher: str
@@ -38,6 +41,7 @@ class DistillConfig:
     weight: float = 1.0
     top_k: int = 100
     temperature: float = 1.0
+    item_head_weight: float = 0.0
 
     @classmethod
     def from_config(cls, node: DictConfig | None) -> "DistillConfig | None":
@@ -53,6 +57,8 @@ class DistillConfig:
             raise ConfigError("distill.top_k", f"got {config.top_k}, expected at least 1")
         if not config.temperature > 0:
             raise ConfigError("distill.temperature", f"got {config.temperature}, expected a positive number")
+        if config.item_head_weight < 0:
+            raise ConfigError("distill.item_head_weight", f"got {config.item_head_weight}, expected a value >= 0")
         if config.checkpoint not in ("best", "last"):
             raise ConfigError("distill.checkpoint", f"got {config.checkpoint!r}, expected best or last")
         return config
@@ -91,6 +97,9 @@ class DistillTask(GenerativeTask):
         if teacher.model.num_items != model.num_items:
             raise ConfigError("distill.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
                                                  f"{model.num_items}")
+        if distill.item_head_weight > 0 and not getattr(model, "has_item_head", False):
+            raise ConfigError("distill.item_head_weight", f"got {distill.item_head_weight}, but the student has no "
+                                                          "item head (model.generator.item_head=true)")
         self.teacher, self.distill = teacher, distill
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
@@ -104,14 +113,18 @@ class DistillTask(GenerativeTask):
         teacher_levels = level_targets(self.model.sids.codes, items, probs, codes[taught],
                                        self.model.sids.codebook_sizes)
         distill = distillation_loss([level[taught] for level in targets.levels], teacher_levels)
-        for name, value in (("nll", nll), ("distill", distill)):
+        terms = {"nll": nll, "distill": distill}
+        loss = targets.loss(codes) + self.distill.weight * distill  # nll (+ the item head's loss) + distillation
+        if self.distill.item_head_weight > 0:
+            terms["distill_items"] = item_distillation_loss(targets.item_head[taught], items, probs)
+            loss = loss + self.distill.item_head_weight * terms["distill_items"]
+        for name, value in terms.items():
             self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
                      sync_dist=True)
-        loss = targets.loss(codes)  # nll, plus the item head's loss for a model with one
-        return global_mean(loss + self.distill.weight * distill, len(targets.items))
+        return global_mean(loss, len(targets.items))
 
     def run_info(self) -> dict[str, Any]:
         d = self.distill
         return {**super().run_info(),
                 "distill": {"teacher": self.teacher.info, "weight": d.weight, "top_k": d.top_k,
-                            "temperature": d.temperature}}
+                            "temperature": d.temperature, "item_head_weight": d.item_head_weight}}

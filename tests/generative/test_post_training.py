@@ -18,7 +18,7 @@ from genrec.data.batch import JaggedBatch, collate
 from genrec.data.datamodule import load_dataset
 from genrec.data.schema import SequenceData
 from genrec.errors import ConfigError, UserError
-from genrec.models.distill import distillation_loss, level_targets, teacher_top_k
+from genrec.models.distill import distillation_loss, item_distillation_loss, level_targets, teacher_top_k
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import preference_loss
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
@@ -448,6 +448,41 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_run, workdir):
             q = level_targets(task.model.sids.codes, items, probs, codes[taught], task.model.sids.codebook_sizes)
             terms[weight] = float(distillation_loss([lv[taught] for lv in targets.levels], q))
     assert terms[1000.0] < terms[0.0] - 0.1
+
+
+def test_item_head_distillation_adds_the_teachers_top_items_to_the_loss(tiny_run, workdir):
+    """``distill.item_head_weight``: the training loss is the next-token loss, the item head's own loss, the level
+    term and ``item_head_weight`` x the teacher's top items' cross-entropy with the item head, the last computed here
+    item by item; a student without an item head refuses the setting."""
+    teacher_dir, _ = tiny_run
+    head = ["model.generator.item_head=true", "model.generator.item_inputs=true",
+            "model.generator.tie_item_tables=true", "model.backbone.dropout=0.0"]
+    distill = ["distill=teacher", f"distill.teacher={teacher_dir}", "distill.weight=0.5", "distill.top_k=7",
+               "distill.item_head_weight=2.0"]
+    cfg = _compose(_base(workdir) + head + distill)
+    L.seed_everything(cfg.seed, verbose=False)
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    batch = next(iter(dm.train_dataloader()))
+    with torch.no_grad():
+        loss = float(task.training_loss(batch))
+        targets = task.model.target_log_probs(batch)
+        codes = task.model.sids.codes[targets.items]
+        taught = (targets.positions >= 0).nonzero()[:, 0].tolist()
+        scores = task.teacher.scores(batch, targets.positions[taught])
+        items, probs = teacher_top_k(scores, 7)
+        q = level_targets(task.model.sids.codes, items, probs, codes[taught], task.model.sids.codebook_sizes)
+        levels = float(distillation_loss([lv[taught] for lv in targets.levels], q))
+        by_hand = sum(-float(probs[row, j]) * float(targets.item_head[p, items[row, j]])
+                      for row, p in enumerate(taught) for j in range(7)) / len(taught)
+        term = item_distillation_loss(targets.item_head[taught], items, probs)
+        assert by_hand == pytest.approx(float(term), rel=1e-5)
+        expected = float(targets.nll(codes)) + float(targets.item_nll()) + 0.5 * levels + 2.0 * by_hand
+    assert loss == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ConfigError, match="distill.item_head_weight: got 2.0, but the student has no item head"):
+        build_task(_compose(_base(workdir) + distill), dm.data.num_items, dm.data.item_raw_ids)
 
 
 def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
