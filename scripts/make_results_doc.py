@@ -541,6 +541,13 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sft_items_tied": "SID-GPT with item-ID inputs and an item head tied to them, re-ranking its beam, SFT",
                "sft_items_tied_distill": "SID-GPT with item-ID inputs and an item head tied to them, re-ranking its "
                                          "beam, SFT with distillation from SASRec from the first step",
+               "sft_items_tied_hdistill": "SID-GPT with item-ID inputs and an item head tied to them, re-ranking its "
+                                          "beam, SFT with distillation from SASRec into the codes and the item head "
+                                          "from the first step",
+               "sft_items_tied_hdistill_cosine": "SID-GPT with item-ID inputs and an item head tied to them, "
+                                                 "re-ranking its beam, SFT with distillation from SASRec into the "
+                                                 "codes and the item head from the first step, cosine learning-rate "
+                                                 "decay",
                "sft_more": "SFT + continued SFT (control)", "dpo": "SFT + DPO (1 negative)",
                "sdpo": "SFT + S-DPO", "sdpo_sft": "SFT + S-DPO with the next-token loss (sft_weight 1)",
                "sdpo_sft_beam": "SFT + S-DPO with the next-token loss, beam (hard) negatives",
@@ -928,6 +935,12 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         out += ["The item head tied to item-ID inputs (`model.generator.item_inputs=true "
                 "model.generator.tie_item_tables=true`) against the item head with a table of its own (same seed, "
                 "learning rate, epoch cap and SID table):", ""] + lines + [""]
+    lines = (_against_control(by_stage, "sft_items_tied_distill", stages=("sft_items_tied_hdistill",))
+             + _against_control(by_stage, "sft_items_tied_hdistill", stages=("sft_items_tied_hdistill_cosine",)))
+    if lines:
+        out += ["Distillation into the item head as well (`distill.item_head_weight=1`) against distillation into "
+                "the codes alone, and a cosine learning-rate decay against the constant rate (same seed, epoch cap "
+                "and SID table):", ""] + lines + [""]
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]

@@ -46,7 +46,9 @@
 # SFT_EPOCHS=10 (the epochs of its plain SFT runs), _items_distill alone and again (the same metrics) beside _items;
 # and SFT_TAG=_items_tied SFT_OVERRIDES="model.generator.item_head=true model.decoding.rank=hybrid
 # model.generator.item_inputs=true model.generator.tie_item_tables=true" (the item head scores with the item-input
-# table) beside _items_tied_distill (the same plus the distillation overrides), SEEDS=0 SFT_EPOCHS=10.
+# table) beside _items_tied_distill (the same plus the distillation overrides), SEEDS=0 SFT_EPOCHS=10; then
+# SFT_TAG=_items_tied_hdistill (the same plus distill.item_head_weight=1: the teacher's top items taught to the item
+# head too) beside _items_tied_hdistill_cosine (the same plus optim.schedule=cosine), SEEDS=0 SFT_EPOCHS=10.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
