@@ -18,14 +18,24 @@ import torch
 
 
 def parse_variant(text: str) -> dict:
-    """``rank=hybrid,beam=50`` -> ``{"rank": "hybrid", "beam": 50}`` (integers where they parse)."""
+    """``rank=hybrid,beam=50,code_weight=0.5`` -> ``{"rank": "hybrid", "beam": 50, "code_weight": 0.5}`` (numbers
+    where they parse)."""
     out = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if not sep or not key:
             raise SystemExit(f"compare_rankings: error: --variant {text!r}: expected key=value[,key=value]")
-        out[key] = int(value) if value.isdigit() else value
+        out[key] = _number(value)
     return out
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def evaluate(run_dir: Path, decoding: dict) -> dict:

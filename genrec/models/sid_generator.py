@@ -15,8 +15,8 @@ items, trained beside the next-token loss, as in LIGER, Yang et al. 2024): codes
 them apart, the item head can. With both and ``tie_item_tables`` the item head scores items with the item-input
 table, as SASRec ties its input and output item embeddings: the row that says "this item was read" is the row that
 says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model
-recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by code plus
-item-head log-probability (the beam proposes, the item head re-ranks), ``items`` the item head's top items over the
+recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by ``code_weight`` x code
+plus item-head log-probability (the beam proposes, the item head re-ranks), ``items`` the item head's top items over the
 whole corpus (no generation: a diagnostic).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
@@ -59,11 +59,14 @@ class SIDGenerator(GenerativeRecommender):
         tie_item_tables: the item head uses the ``item_inputs`` table (needs both); no table of its own.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
         rank: ``codes``, ``hybrid`` or ``items`` (see the module docstring); the last two need ``item_head``.
+        code_weight: ``hybrid`` ranks the beam's items by ``code_weight`` x their code log-probability plus their
+            item-head log-probability (0: the beam only proposes, the item head orders).
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
                  beam: int = 20, top_k: int = 20, constrained: bool = True, item_inputs: bool = False,
-                 item_head: bool = False, rank: str = "codes", tie_item_tables: bool = False):
+                 item_head: bool = False, rank: str = "codes", tie_item_tables: bool = False,
+                 code_weight: float = 1.0):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
         if rank not in RANKS:
             raise UserError(f"model.decoding.rank: got {rank!r}, expected one of {RANKS}")
@@ -72,7 +75,9 @@ class SIDGenerator(GenerativeRecommender):
         if tie_item_tables and not (item_inputs and item_head):
             raise UserError("model.generator.tie_item_tables=true scores items with the item-input table: set "
                             "model.generator.item_inputs=true and model.generator.item_head=true")
-        self.rank = rank
+        if code_weight < 0:
+            raise UserError(f"model.decoding.code_weight: got {code_weight}, expected a value >= 0")
+        self.rank, self.code_weight = rank, code_weight
         self.backbone: TokenBackbone = as_backbone(backbone)
         if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
             self.backbone.add_tokens(self.sids.vocab_size)
@@ -152,7 +157,8 @@ class SIDGenerator(GenerativeRecommender):
             scores, items = item_log_probs.topk(self.top_k, dim=1)
             return BeamResult(items, scores, self.sids.codes[items])
         beam = self.generate(batch)
-        scores, order = (beam.scores + item_log_probs.gather(1, beam.items)).sort(dim=1, descending=True)
+        hybrid = self.code_weight * beam.scores + item_log_probs.gather(1, beam.items)
+        scores, order = hybrid.sort(dim=1, descending=True)
         return BeamResult(beam.items.gather(1, order), scores, beam.codes.gather(1, order[..., None].expand_as(
             beam.codes)))
 

@@ -10,6 +10,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from genrec.conf import compose_config
 from genrec.data.datamodule import SequenceDataModule, load_dataset
 from genrec.data.features import EncodedFeatures, FeatureConfig
 from genrec.data.split import SplitConfig
@@ -209,9 +210,10 @@ def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tupl
         if own is None:
             raise ConfigError("decoding", f"{run_dir} trained model={cfg.model.name}, which does not decode; "
                                           "decoding settings apply to generative runs")
-        unknown = sorted(set(decoding) - set(own))
+        known = set(own) | set(compose_config("train", [f"model={cfg.model.name}"]).model.get("decoding", {}))
+        unknown = sorted(set(decoding) - known)  # a key added since the run trained takes its default there
         if unknown:
-            raise ConfigError("decoding", f"unknown key(s) {unknown}; {run_dir}'s model.decoding has {sorted(own)}")
+            raise ConfigError("decoding", f"unknown key(s) {unknown}; model.decoding has {sorted(known)}")
         cfg.model.decoding = OmegaConf.merge(own, decoding)
     path = checkpoint if isinstance(checkpoint, Path) else run.checkpoint(checkpoint)
     datamodule = build_datamodule(cfg)

@@ -96,5 +96,7 @@ def _ranking(model: GenerativeRecommender) -> str:
     k, rank = model.top_k, getattr(model, "rank", "codes")
     if rank == "items":
         return f"the item head's top-{k} unseen items over the whole corpus (no generation)"
-    by = "code plus item-head log-probability" if rank == "hybrid" else "log-probability"
+    weight = getattr(model, "code_weight", 1.0)
+    code = "code" if weight == 1 else f"{weight:g} x code"
+    by = f"{code} plus item-head log-probability" if rank == "hybrid" else "log-probability"
     return f"the beam's top-{k} items ranked by {by}; items outside it count as misses (MRR truncated there)"

@@ -2,6 +2,7 @@
 models plus the SID table and decoding settings, 0 invalid IDs, baselines; genrec-eval reproduces the test
 metrics from the checkpoint; errors name the key."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -111,15 +112,30 @@ def test_compare_rankings_reproduces_the_runs_own_ranking(trained, tmp_path):
     name, run_dir, metrics = trained
     hybrid = _rank(run_dir) == "hybrid"
     out = tmp_path / "rankings.json"
-    variants = ["beam=20"] + (["rank=codes"] if hybrid else [])
+    variants = ["beam=20"] + (["rank=codes", "code_weight=0.5"] if hybrid else [])
     load_script("compare_rankings").main([str(run_dir), "--out", str(out)] +
                                          [a for v in variants for a in ("--variant", v)])
     rows = json.loads(out.read_text())["runs"]
-    assert [r["decoding"] for r in rows] == [{"beam": 20}] + ([{"rank": "codes"}] if hybrid else [])
+    assert [r["decoding"] for r in rows] == [{"beam": 20}] + ([{"rank": "codes"}, {"code_weight": 0.5}]
+                                                              if hybrid else [])
     for split in ("valid", "test"):
         assert rows[0]["metrics"][split] == pytest.approx(metrics["metrics"][split], abs=1e-6)
-        if hybrid:
-            assert rows[1]["metrics"][split]["recall@20"] == pytest.approx(rows[0]["metrics"][split]["recall@20"])
+        for other in rows[1:]:
+            assert other["metrics"][split]["recall@20"] == pytest.approx(rows[0]["metrics"][split]["recall@20"])
+
+
+def test_a_decoding_key_added_after_the_run_trained_takes_effect(trained, tmp_path):
+    """A run whose saved config predates ``model.decoding.code_weight`` is evaluated with it all the same."""
+    name, run_dir, metrics = trained
+    if _rank(run_dir) != "hybrid":
+        pytest.skip("code_weight acts on runs that rank with hybrid")
+    old = tmp_path / "old_run"
+    shutil.copytree(run_dir, old)
+    config = (old / "config.yaml").read_text()
+    assert "code_weight" in config
+    (old / "config.yaml").write_text("\n".join(l for l in config.splitlines() if "code_weight" not in l) + "\n")
+    _, _, task = load_run(old, decoding={"code_weight": 0.0})
+    assert task.model.code_weight == 0.0
 
 
 def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):

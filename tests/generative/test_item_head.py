@@ -64,6 +64,24 @@ def test_hybrid_re_ranks_the_beams_items_by_code_plus_item_log_probability():
     assert not torch.equal(ranked.items, beam.items)  # the re-ranking changed some order
 
 
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_hybrid_weighs_the_code_log_probability_by_code_weight(weight):
+    """``code_weight`` w: the beam's items by w x code + item-head log-probability; at 0 the item head alone orders
+    the beam's items."""
+    model = generator(rank="hybrid", code_weight=weight)
+    batch = eval_batch(HISTORIES)
+    beam, ranked = model.generate(batch), model.ranked(batch)
+    with torch.no_grad():
+        head = model.item_head_log_probs(batch)
+    for user in range(len(HISTORIES)):
+        expected = sorted(((weight * float(s) + float(head[user, i]), int(i))
+                           for i, s in zip(beam.items[user], beam.scores[user])), reverse=True)
+        assert ranked.items[user].tolist() == [i for _, i in expected]
+        assert ranked.scores[user].tolist() == pytest.approx([s for s, _ in expected], abs=1e-5)
+    with pytest.raises(UserError, match="model.decoding.code_weight: got -1"):
+        generator(rank="hybrid", code_weight=-1)
+
+
 def test_items_ranks_the_whole_corpus_by_the_item_head_without_the_history():
     model = generator(rank="items")
     batch = eval_batch(HISTORIES)
