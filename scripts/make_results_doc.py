@@ -970,9 +970,13 @@ RANKINGS = {"codes": "the beam, by code log-probability", "hybrid": "the beam, r
 
 
 def _ranking_label(decoding: dict) -> str:
-    """``{"rank": "hybrid", "beam": 50, "top_k": 50}`` -> words (beam 20 when not overridden)."""
+    """``{"rank": "hybrid", "beam": 50, "top_k": 50}`` -> words (beam 20 when not overridden; ``code_weight`` 0:
+    the item head alone orders the beam)."""
     rank = RANKINGS[decoding.get("rank", "codes")]
-    widths = [f"{k.replace('_', '-')} {v}" for k, v in decoding.items() if k != "rank"]
+    if decoding.get("rank") == "hybrid" and decoding.get("code_weight", 1) == 0:
+        rank = "the beam, ordered by the item head alone"
+    widths = [f"{k.replace('_', '-')} {v}" for k, v in decoding.items() if k not in ("rank", "code_weight")]
+    widths += [f"code weight {decoding['code_weight']:g}"] if decoding.get("code_weight", 0) not in (0, 1) else []
     return rank + (f" ({', '.join(widths)})" if widths and decoding.get("rank") != "items" else "")
 
 

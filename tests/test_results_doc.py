@@ -108,3 +108,7 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
         "| SID-GPT with an item head re-ranking its beam, SFT | the beam, re-ranked by code + item-head "
         "log-probability (beam 50, top-k 50) | 0.0700 ± 0.0000 | 0.1400 ± 0.0000 | 0.0700 ± 0.0000 | "
         "0.2100 ± 0.0000 | -9.0000 ± 0.0000 | 0, 1 | 10 |"]
+    assert doc._ranking_label({"rank": "hybrid", "beam": 50, "top_k": 50, "code_weight": 0}) == (
+        "the beam, ordered by the item head alone (beam 50, top-k 50)")
+    assert doc._ranking_label({"rank": "hybrid", "code_weight": 0.5}) == (
+        "the beam, re-ranked by code + item-head log-probability (code weight 0.5)")
