@@ -15,9 +15,9 @@ items, trained beside the next-token loss, as in LIGER, Yang et al. 2024): codes
 them apart, the item head can. With both and ``tie_item_tables`` the item head scores items with the item-input
 table, as SASRec ties its input and output item embeddings: the row that says "this item was read" is the row that
 says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model
-recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by ``code_weight`` x code
-plus item-head log-probability (the beam proposes, the item head re-ranks), ``items`` the item head's top items over the
-whole corpus (no generation: a diagnostic).
+recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by
+``code_weight`` x code plus item-head log-probability (the beam proposes, the item head re-ranks), ``items`` the
+item head's top items over the whole corpus (no generation: a diagnostic).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
