@@ -750,6 +750,18 @@ POST_NOTES = {
         "best generative row, 13% below the best baseline. A cosine learning-rate decay over the same 10 epochs "
         "(`_items_tied_hdistill_cosine`) does not help: 0.0418 (-3.9%). Seed 0 only, on the seed 1-2 SID table as the other item-head rows; these four "
         "runs trained two at a time beside rankings and a CI run, so their train times are inflated.", ""]}
+#: SFT variants against the training they change one thing of: (the paragraph's intro, [(control, variant), ...])
+SFT_COMPARISONS = [
+    ("Distillation from the first step against plain SFT (same seed, learning rate and epoch cap; early stopping may "
+     "end either first; the student's compute per step is the same):", [("sft", "sft_distill")]),
+    ("The item head tied to item-ID inputs (`model.generator.item_inputs=true model.generator.tie_item_tables=true`) "
+     "against the item head with a table of its own (same seed, learning rate, epoch cap and SID table):",
+     [("sft_items", "sft_items_tied"), ("sft_items_distill", "sft_items_tied_distill")]),
+    ("Distillation into the item head as well (`distill.item_head_weight=1`) against distillation into the codes "
+     "alone, and a cosine learning-rate decay against the constant rate (same seed, epoch cap and SID table):",
+     [("sft_items_tied_distill", "sft_items_tied_hdistill"),
+      ("sft_items_tied_hdistill", "sft_items_tied_hdistill_cosine")]),
+]
 #: the margin issue 16 asks of S-DPO over continued SFT in NDCG@10
 GOAL_SDPO = 0.05
 
@@ -795,6 +807,14 @@ def _dropout_off(run: dict) -> bool:
     """Whether a post-training run trained without dropout (an alignment stage's default, or the control
     ``sft_more_nodrop``)."""
     return bool((run.get("align") or {}).get("disable_dropout")) or _stage(run).startswith("sft_more_nodrop")
+
+
+def _add_comparisons(out: list[str], by_stage: dict[str, list[dict]], comparisons: list) -> None:
+    """Append each of ``comparisons`` (:data:`SFT_COMPARISONS` entries) that has a pair of runs to ``out``."""
+    for intro, pairs in comparisons:
+        lines = [line for control, stage in pairs for line in _against_control(by_stage, control, stages=(stage,))]
+        if lines:
+            out += [intro, ""] + lines + [""]
 
 
 def _against_control(by_stage: dict[str, list[dict]], control_stage: str,
@@ -930,10 +950,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
             intro = intros.get(control_stage, f"Against `{_stage_label(control_stage)}` (the stages from the same "
                                               "SFT run, with the same seed, learning rate and epoch cap):")
             out += [intro, ""] + lines + [""]
-    lines = _against_control(by_stage, "sft", stages=("sft_distill",))
-    if lines:
-        out += ["Distillation from the first step against plain SFT (same seed, learning rate and epoch cap; early "
-                "stopping may end either first; the student's compute per step is the same):", ""] + lines + [""]
+    _add_comparisons(out, by_stage, SFT_COMPARISONS[:1])
     lines = (_against_control(by_stage, "sft", stages=("sft_items",))
              + _against_control(by_stage, "sft_distill", stages=("sft_items_distill",)))
     lines += [] if "sft_distill" in by_stage else _against_control(by_stage, "sft", stages=("sft_items_distill",))
@@ -941,18 +958,7 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         out += ["An item head re-ranking the beam (`model.generator.item_head=true model.decoding.rank=hybrid`) "
                 "against the same training without one, or against plain SFT where no run with distillation from "
                 "the first step was made (same seed, learning rate and epoch cap):", ""] + lines + [""]
-    lines = (_against_control(by_stage, "sft_items", stages=("sft_items_tied",))
-             + _against_control(by_stage, "sft_items_distill", stages=("sft_items_tied_distill",)))
-    if lines:
-        out += ["The item head tied to item-ID inputs (`model.generator.item_inputs=true "
-                "model.generator.tie_item_tables=true`) against the item head with a table of its own (same seed, "
-                "learning rate, epoch cap and SID table):", ""] + lines + [""]
-    lines = (_against_control(by_stage, "sft_items_tied_distill", stages=("sft_items_tied_hdistill",))
-             + _against_control(by_stage, "sft_items_tied_hdistill", stages=("sft_items_tied_hdistill_cosine",)))
-    if lines:
-        out += ["Distillation into the item head as well (`distill.item_head_weight=1`) against distillation into "
-                "the codes alone, and a cosine learning-rate decay against the constant rate (same seed, epoch cap "
-                "and SID table):", ""] + lines + [""]
+    _add_comparisons(out, by_stage, SFT_COMPARISONS[1:])
     out += POST_NOTES.get(dataset, [])
     aligned = [(s, by_stage[s]) for s in _stages_of(by_stage, ALIGN_STAGES)
                if all(r["align"].get("tested_weights_on_training_examples") for r in by_stage[s])]
