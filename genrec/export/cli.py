@@ -338,10 +338,11 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
         "artifacts": artifacts,
         "decoding": {"sid_table": "sid_table", "id_map": "item_ids", "beam": model.beam, "top_k": model.top_k,
                      "constrained": model.constrained, "exclude_history": bool(train_cfg.eval.exclude_history),
-                     "token_layout": TOKEN_LAYOUT, "rank": getattr(model, "rank", "codes")},
+                     "token_layout": TOKEN_LAYOUT, "rank": getattr(model, "rank", "codes"),
+                     "code_weight": getattr(model, "code_weight", 1.0)},
         "skipped": {"decoder_graph": "generative models are served from source.checkpoint with genrec "
                                      "(GenerativeRecommender.ranked: KV-cached beam search over the SID trie, "
-                                     "re-ranked by the item head with rank=hybrid)"},
+                                     "re-ranked or steered by the item head with rank=hybrid or guided)"},
         "versions": _versions(),
         "export_seconds": round(time.time() - started, 1),
     }

@@ -10,7 +10,8 @@ Layout (``format_version`` 1)::
     retrieval: query_encoder (artifact name), indexes (artifact names), default_index, id_map, exclude_history
                (model.kind "retrieval")
     decoding:  sid_table, id_map (artifact names), beam, top_k, constrained, exclude_history, token_layout;
-               optional rank (codes | hybrid | items, model.decoding.rank; absent: codes)
+               optional rank (codes | hybrid | guided | items, model.decoding.rank; absent: codes) and
+               code_weight (model.decoding.code_weight; absent: 1)
                (model.kind "generative": the model is served from source.checkpoint with genrec)
     quantization: (retrieval, optional) {fp32 | fp16 | int8: table_bytes, bytes_vs_fp32, recall_at_10_vs_fp32
                (top-10 overlap with float32 retrieval on the test users), test_metrics (genrec's evaluation with

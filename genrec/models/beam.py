@@ -13,6 +13,11 @@ item). History removal: with ``seen`` given,
 tuples of the user's own history are removed at the last level, before the final top-``k``, so the beam still
 returns ``top_k`` unseen items whenever the surviving prefixes hold that many. :func:`sample_items` draws items
 from the same decoder by ancestral sampling instead.
+
+A :class:`GuidedDecoder` lets a distribution over whole items steer the beam: a prefix is scored by
+``code_weight`` x its code log-probability plus the log of the item distribution's mass under it, so the beam
+keeps the prefixes that hold the items the item-level model ranks high, and a finished tuple scores
+``code_weight`` x code + item log-probability.
 """
 from __future__ import annotations
 
@@ -149,6 +154,49 @@ def beam_search(decoder: Decoder, sids: SemanticIDs, beam: int, top_k: int,
         scores = torch.cat([scores, scores.new_full((batch, pad), float("-inf"))], 1)
         codes = torch.cat([codes, codes.new_zeros(batch, pad, codes.shape[2])], 1)
     return BeamResult(items, scores, codes)
+
+
+class GuidedDecoder:
+    """A :class:`Decoder` whose scores add an item distribution's mass under each prefix to the wrapped decoder's.
+
+    Each step returns ``code_weight * log p(code) + mass(prefix + code) - mass(prefix)``, so the beam's running
+    score of a prefix is ``code_weight`` x its code log-probability plus ``mass(prefix)``, the log of the summed
+    probability of the items under it (the root: 0), and a complete tuple scores ``code_weight`` x code + item
+    log-probability. A code with no item under it scores ``-inf``.
+
+    Args:
+        decoder: the model's decoding state for ``B`` users.
+        trie: the valid code tuples (the node ids ``mass`` is indexed by).
+        mass: :meth:`PrefixTrie.prefix_log_mass` of the item distribution, one ``(B, n_{l+1})`` tensor per level.
+        code_weight: weight of the code log-probabilities (0: the item distribution alone).
+    """
+
+    def __init__(self, decoder: Decoder, trie: PrefixTrie, mass: list[torch.Tensor], code_weight: float):
+        self.decoder, self.trie, self.mass, self.code_weight = decoder, trie, mass, code_weight
+        self.users = torch.arange(len(mass[0]), device=mass[0].device)
+        self.nodes = torch.zeros_like(self.users)
+
+    def _guided(self, logp: torch.Tensor, level: int) -> torch.Tensor:
+        """``logp (R, K_level)`` of the rows' next code -> the guided scores of the same shape."""
+        children = self.trie.table(level)[self.nodes].long()  # (R, K): the next node, -1 where none
+        gain = self.mass[level][self.users[:, None], children.clamp(min=0)]
+        if level > 0:  # a prefix with no mass is dead already (its score is -inf): subtract 0, not -inf
+            parent = self.mass[level - 1][self.users, self.nodes]
+            gain = gain - torch.where(torch.isfinite(parent), parent, torch.zeros_like(parent))[:, None]
+        if self.code_weight:
+            gain = gain + self.code_weight * logp
+        return gain.masked_fill(children < 0, float("-inf"))
+
+    def start(self) -> torch.Tensor:
+        return self._guided(self.decoder.start(), 0)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.decoder.select(rows)
+        self.users, self.nodes = self.users[rows], self.nodes[rows]
+
+    def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
+        self.nodes = self.trie.advance(level, self.nodes, codes).clamp(min=0)
+        return self._guided(self.decoder.step(codes, level), level + 1)
 
 
 def sample_items(decoder: Decoder, trie: PrefixTrie, samples: int,

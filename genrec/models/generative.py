@@ -114,13 +114,14 @@ class GenerativeRecommender(nn.Module):
     @torch.no_grad()
     def generate(self, batch: JaggedBatch, beam: int | None = None, top_k: int | None = None,
                  constrained: bool | None = None, exclude_history: bool | None = None,
-                 use_cache: bool = True) -> BeamResult:
-        """Beam search for the batch's users; arguments left ``None`` take the model's settings."""
+                 use_cache: bool = True, decoder: Decoder | None = None) -> BeamResult:
+        """Beam search for the batch's users; arguments left ``None`` take the model's settings (``decoder``:
+        ``self.decoder(batch, use_cache)``)."""
         constrained = self.constrained if constrained is None else constrained
         exclude = self.exclude_history if exclude_history is None else exclude_history
         seen = (batch.seen_ids, batch.seen_offsets) if exclude and batch.seen_ids is not None else None
-        return beam_search(self.decoder(batch, use_cache), self.sids, beam or self.beam, top_k or self.top_k,
-                           self.trie if constrained else None, seen)
+        return beam_search(decoder or self.decoder(batch, use_cache), self.sids, beam or self.beam,
+                           top_k or self.top_k, self.trie if constrained else None, seen)
 
     def ranked(self, batch: JaggedBatch) -> BeamResult:
         """The ``top_k`` items the model recommends to the batch's users: its beam (:meth:`generate`); a model

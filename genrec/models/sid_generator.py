@@ -16,8 +16,10 @@ them apart, the item head can. With both and ``tie_item_tables`` the item head s
 table, as SASRec ties its input and output item embeddings: the row that says "this item was read" is the row that
 says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model
 recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by
-``code_weight`` x code plus item-head log-probability (the beam proposes, the item head re-ranks), ``items`` the
-item head's top items over the whole corpus (no generation: a diagnostic).
+``code_weight`` x code plus item-head log-probability (the beam proposes, the item head re-ranks), ``guided`` a
+beam steered by the item head (every prefix scored by ``code_weight`` x its code log-probability plus the item
+head's mass under it, :class:`~genrec.models.beam.GuidedDecoder`, so the finished tuples score as in ``hybrid``),
+``items`` the item head's top items over the whole corpus (no generation: a diagnostic).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
@@ -32,7 +34,7 @@ from genrec.data.batch import JaggedBatch
 from genrec.embedding import ItemEmbedding
 from genrec.errors import UserError
 from genrec.models.backbones import TokenBackbone, as_backbone
-from genrec.models.beam import BeamResult
+from genrec.models.beam import BeamResult, GuidedDecoder
 from genrec.models.generative import GenerativeRecommender, TargetLogProbs
 from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
@@ -40,7 +42,7 @@ from genrec.tokenize.sid_table import SIDTable
 
 TOKEN_FEATURE = "sid_token"
 ITEM_HEAD_FEATURE = "item_head"
-RANKS = ("codes", "hybrid", "items")
+RANKS = ("codes", "hybrid", "guided", "items")
 
 
 class SIDGenerator(GenerativeRecommender):
@@ -58,9 +60,11 @@ class SIDGenerator(GenerativeRecommender):
             an item's first code; trained with a full softmax over the items beside the next-token loss.
         tie_item_tables: the item head uses the ``item_inputs`` table (needs both); no table of its own.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
-        rank: ``codes``, ``hybrid`` or ``items`` (see the module docstring); the last two need ``item_head``.
+        rank: ``codes``, ``hybrid``, ``guided`` or ``items`` (see the module docstring); all but ``codes`` need
+            ``item_head``.
         code_weight: ``hybrid`` ranks the beam's items by ``code_weight`` x their code log-probability plus their
-            item-head log-probability (0: the beam only proposes, the item head orders).
+            item-head log-probability (0: the beam only proposes, the item head orders); ``guided`` scores every
+            prefix the same way, with the item head's mass under the prefix.
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
@@ -145,17 +149,21 @@ class SIDGenerator(GenerativeRecommender):
 
     @torch.no_grad()
     def ranked(self, batch: JaggedBatch) -> BeamResult:
-        """The beam's items (``rank=codes``), re-ranked by code plus item-head log-probability (``hybrid``), or the
-        item head's ``top_k`` unseen items over the whole corpus (``items``); best first."""
+        """The beam's items (``rank=codes``), re-ranked by code plus item-head log-probability (``hybrid``), the
+        beam steered by the item head (``guided``), or the item head's ``top_k`` unseen items over the whole corpus
+        (``items``); best first."""
         if self.rank == "codes":
             return self.generate(batch)
         item_log_probs = self.item_head_log_probs(batch)
+        if self.rank in ("items", "guided") and self.exclude_history and batch.seen_ids is not None:
+            rows = jagged_index(batch.seen_offsets)[0]
+            item_log_probs[rows, batch.seen_ids] = float("-inf")
         if self.rank == "items":
-            if self.exclude_history and batch.seen_ids is not None:
-                rows = jagged_index(batch.seen_offsets)[0]
-                item_log_probs[rows, batch.seen_ids] = float("-inf")
             scores, items = item_log_probs.topk(self.top_k, dim=1)
             return BeamResult(items, scores, self.sids.codes[items])
+        if self.rank == "guided":
+            mass = self.trie.prefix_log_mass(item_log_probs)
+            return self.generate(batch, decoder=GuidedDecoder(self.decoder(batch), self.trie, mass, self.code_weight))
         beam = self.generate(batch)
         hybrid = self.code_weight * beam.scores + item_log_probs.gather(1, beam.items)
         scores, order = hybrid.sort(dim=1, descending=True)

@@ -8,6 +8,9 @@ A decoding step is then two gathers: ``children[l][nodes]`` gives every beam's a
 
 Memory: ``sum_l n_l * K_l`` int32 entries, e.g. 2.56M (10 MB) for Amazon Beauty's 12,101 items with codebooks
 256 x 256 x 256 x 12.
+
+:meth:`PrefixTrie.prefix_log_mass` sums a distribution over whole items into every prefix node (the mass of the
+items under it), which lets a beam over codes be guided by an item-level model (:class:`~genrec.models.beam.GuidedDecoder`).
 """
 from __future__ import annotations
 
@@ -46,11 +49,33 @@ class PrefixTrie(nn.Module):
                 uniq, target = keys, torch.arange(1, len(codes) + 1, dtype=torch.int32)  # leaves -> item IDs
             table[torch.searchsorted(parents, uniq // size), uniq % size] = target
             self.register_buffer(f"children_{level}", table, persistent=False)
+            if level + 1 < self.num_levels:  # each item's node at level + 1 (padding item 0: node 0)
+                nodes = torch.cat([torch.zeros(1, dtype=torch.int64), torch.searchsorted(uniq, keys)])
+                self.register_buffer(f"item_nodes_{level}", nodes, persistent=False)
             parents = uniq
 
     def table(self, level: int) -> torch.Tensor:
         """``(n_level, K_level)`` int32 transition table of ``level``."""
         return getattr(self, f"children_{level}")
+
+    def prefix_log_mass(self, item_log_probs: torch.Tensor) -> list[torch.Tensor]:
+        """Sum a distribution over the items into the trie's nodes.
+
+        Args:
+            item_log_probs: ``(B, N + 1)`` log-probability of every item (column 0, the padding item, and any item
+                to leave out: ``-inf``).
+        Returns:
+            ``L`` tensors: entry ``l < L - 1`` is ``(B, n_{l+1})``, the log of the summed probability of the items
+            under each node of level ``l + 1`` (``-inf`` where none has mass); entry ``L - 1`` is ``item_log_probs``
+            itself (the last level's "nodes" are the items). Summed in float64, so no item's mass underflows.
+        """
+        probs = item_log_probs.double().exp()
+        out = []
+        for level in range(self.num_levels - 1):
+            index = getattr(self, f"item_nodes_{level}").expand_as(probs)
+            mass = probs.new_zeros(len(probs), self.table(level + 1).shape[0]).scatter_add_(1, index, probs)
+            out.append(mass.log().to(item_log_probs.dtype))
+        return out + [item_log_probs]
 
     def allowed(self, level: int, nodes: torch.Tensor) -> torch.Tensor:
         """``nodes (*,)`` at ``level`` -> ``(*, K_level)`` bool: which next codes continue a valid prefix."""
@@ -103,6 +128,25 @@ class BruteForceConstraint:
             out[:, j] = keys % self.codebook_sizes[j]
             keys = keys // self.codebook_sizes[j]
         return out
+
+    def prefix_log_mass(self, item_log_probs: torch.Tensor) -> list[torch.Tensor]:
+        """Sum a distribution over the items into the trie's nodes.
+
+        Args:
+            item_log_probs: ``(B, N + 1)`` log-probability of every item (column 0, the padding item, and any item
+                to leave out: ``-inf``).
+        Returns:
+            ``L`` tensors: entry ``l < L - 1`` is ``(B, n_{l+1})``, the log of the summed probability of the items
+            under each node of level ``l + 1`` (``-inf`` where none has mass); entry ``L - 1`` is ``item_log_probs``
+            itself (the last level's "nodes" are the items). Summed in float64, so no item's mass underflows.
+        """
+        probs = item_log_probs.double().exp()
+        out = []
+        for level in range(self.num_levels - 1):
+            index = getattr(self, f"item_nodes_{level}").expand_as(probs)
+            mass = probs.new_zeros(len(probs), self.table(level + 1).shape[0]).scatter_add_(1, index, probs)
+            out.append(mass.log().to(item_log_probs.dtype))
+        return out + [item_log_probs]
 
     def allowed(self, level: int, nodes: torch.Tensor) -> torch.Tensor:
         flat = self._prefixes(level, nodes.flatten())

@@ -98,5 +98,6 @@ def _ranking(model: GenerativeRecommender) -> str:
         return f"the item head's top-{k} unseen items over the whole corpus (no generation)"
     weight = getattr(model, "code_weight", 1.0)
     code = "code" if weight == 1 else f"{weight:g} x code"
-    by = f"{code} plus item-head log-probability" if rank == "hybrid" else "log-probability"
-    return f"the beam's top-{k} items ranked by {by}; items outside it count as misses (MRR truncated there)"
+    by = f"{code} plus item-head log-probability" if rank in ("hybrid", "guided") else "log-probability"
+    beam = "beam, steered by the item head's mass under each prefix," if rank == "guided" else "beam"
+    return f"the {beam} top-{k} items ranked by {by}; items outside it count as misses (MRR truncated there)"

@@ -1,5 +1,6 @@
 """Beam search over semantic IDs against exhaustive enumeration, with a decoder whose log-probabilities are a
-fixed random table per user and prefix (so every tuple's exact score is known)."""
+fixed random table per user and prefix (so every tuple's exact score is known); the same beam steered by an item
+distribution (:class:`GuidedDecoder`)."""
 import itertools
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from genrec.eval.metrics import Evaluator
-from genrec.models.beam import beam_search
+from genrec.models.beam import GuidedDecoder, beam_search
 from genrec.models.semantic_ids import SemanticIDs
 from genrec.models.trie import BruteForceConstraint, PrefixTrie
 from tests.generative.helpers import eval_batch, make_table
@@ -151,3 +152,47 @@ def test_brute_force_constraint_decodes_like_the_trie():
         a = beam_search(TableDecoder(logits), sids, beam=beam, top_k=3, trie=trie)
         b = beam_search(TableDecoder(logits), sids, beam=beam, top_k=3, trie=naive)
         assert torch.equal(a.items, b.items) and torch.equal(a.scores, b.scores)
+
+
+def _item_log_probs(batch: int, num_items: int, seed=1) -> torch.Tensor:
+    """``(B, num_items + 1)`` a random distribution over the items (padding column 0: ``-inf``)."""
+    logits = torch.randn(batch, num_items + 1, generator=torch.Generator().manual_seed(seed)) * 2
+    logits[:, 0] = float("-inf")
+    return F.log_softmax(logits, dim=1)
+
+
+@pytest.mark.parametrize("code_weight", [0.0, 0.5, 1.0])
+def test_wide_guided_beam_ranks_every_unseen_item_by_weighted_code_plus_item_log_probability(code_weight):
+    """A beam that keeps every prefix returns the exhaustive ranking by ``w x code + item`` log-probability; at
+    ``w = 0`` that is the item distribution's own top items."""
+    sids, trie, logits = _setup()
+    histories = [[1, 2, 3], [10], [40, 7]]
+    batch = eval_batch(histories)
+    items = _item_log_probs(3, sids.num_items)
+    for b, seen in enumerate(histories):
+        items[b, seen] = float("-inf")
+    decoder = GuidedDecoder(TableDecoder(logits), trie, trie.prefix_log_mass(items), code_weight)
+    result = beam_search(decoder, sids, beam=40, top_k=10, trie=trie, seen=(batch.seen_ids, batch.seen_offsets))
+    exact = code_weight * _exact_scores(logits, sids.codes[1:]) + items[:, 1:]
+    scores, order = exact.sort(dim=1, descending=True, stable=True)
+    assert torch.equal(result.items, order[:, :10] + 1)
+    assert torch.allclose(result.scores, scores[:, :10], atol=1e-5)
+    if code_weight == 0:
+        assert torch.equal(result.items, items.topk(10, dim=1).indices)
+
+
+def test_guided_beam_of_one_follows_the_item_mass_not_the_first_code():
+    """All item mass on one item whose first code the code model likes least: the plain beam of one never reaches
+    it, the guided beam of one does (at any code weight, since its prefix keeps almost all the mass)."""
+    sids, trie, logits = _setup(batch=1)
+    first = F.log_softmax(logits[0][0, 0], -1)
+    target = next(i for i in range(1, 41) if int(sids.codes[i, 0]) == int(first.argmin()))
+    items = torch.full((1, 41), -30.0)
+    items[0, 0], items[0, target] = float("-inf"), 0.0
+    items = F.log_softmax(items, dim=1)
+    plain = beam_search(TableDecoder(logits), sids, beam=1, top_k=1, trie=trie)
+    assert int(sids.codes[plain.items[0, 0], 0]) == int(first.argmax()) != int(first.argmin())
+    for code_weight in (0.0, 1.0):
+        guided = beam_search(GuidedDecoder(TableDecoder(logits), trie, trie.prefix_log_mass(items), code_weight),
+                             sids, beam=1, top_k=1, trie=trie)
+        assert guided.items.tolist() == [[target]]

@@ -106,6 +106,22 @@ def test_eval_decoding_changes_the_first_runs_decoding_only(trained):
         eval_entry.run(compose_config("eval", overrides + ["decoding={width:5}"]))
 
 
+def test_guided_beam_over_every_prefix_at_code_weight_zero_evaluates_as_the_item_head(trained, tmp_path):
+    """genrec-eval ``decoding={rank:guided,code_weight:0}`` with a beam as wide as the corpus returns the item head's
+    own top items: the same metrics as ``decoding={rank:items}``."""
+    name, run_dir, metrics = trained
+    if _rank(run_dir) != "hybrid":
+        pytest.skip("guided decoding needs the item head")
+    width = metrics["dataset"]["items"]
+    test = {}
+    for rank, extra in (("items", ""), ("guided", f",code_weight:0,beam:{width}")):
+        out = eval_entry.run(compose_config("eval", [f"run_dir={run_dir}", "baselines=[]",
+                                                     f"out_dir={tmp_path / rank}", f"decoding={{rank:{rank}{extra}}}"]))
+        test[rank] = out["models"][name]["metrics"]["test"]
+    assert test["guided"]["invalid_rate"] == 0.0
+    assert test["guided"] == pytest.approx(test["items"], abs=1e-6)
+
+
 def test_compare_rankings_reproduces_the_runs_own_ranking(trained, tmp_path):
     """scripts/compare_rankings.py: the run's own decoding (its beam of 20) gives its recorded metrics; a generator
     whose item head re-ranks the beam, ranked by its codes instead, ranks the same 20 items: recall@20 agrees."""
@@ -147,7 +163,7 @@ def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, t
                                  "max_len": 10}
     assert manifest["decoding"] | {"token_layout": None} == {
         "sid_table": "sid_table", "id_map": "item_ids", "beam": 20, "top_k": 20, "constrained": True,
-        "exclude_history": True, "token_layout": None, "rank": _rank(run_dir)}
+        "exclude_history": True, "token_layout": None, "rank": _rank(run_dir), "code_weight": 1.0}
     files = {entry["file"] for entry in manifest["artifacts"].values()}
     assert files == {p.name for p in tmp_path.iterdir()} - {"manifest.json"}
     exported, trained_with = SIDTable.load(tmp_path), SIDTable.load(sid_table)

@@ -1,5 +1,6 @@
 """The prefix trie admits exactly the valid continuations: checked against Python sets and the brute-force
-comparison with every semantic ID, on hypothesis-drawn codebooks and tuple sets."""
+comparison with every semantic ID, on hypothesis-drawn codebooks and tuple sets; its prefix masses against sums
+over the items under each prefix."""
 import itertools
 
 import torch
@@ -53,3 +54,25 @@ def test_invalid_step_gives_minus_one():
     assert trie.advance(0, torch.tensor([0, 0]), torch.tensor([0, 1])).tolist() == [0, 1]
     assert trie.advance(1, torch.tensor([0, 0, 1]), torch.tensor([0, 1, 0])).tolist() == [-1, 1, 2]
     assert trie.allowed(1, torch.tensor([0, 1])).tolist() == [[False, True], [True, False]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables(), st.integers(0, 2**16))
+def test_prefix_log_mass_sums_the_items_under_each_node(table, seed):
+    """Node ``j`` of level ``l + 1`` is the ``j``-th distinct length-``(l + 1)`` prefix in sorted order; its mass is
+    the sum of the probabilities of the items that start with it (an item left out with ``-inf`` adds nothing)."""
+    sizes, tuples = table
+    trie = PrefixTrie(torch.tensor(tuples, dtype=torch.long), sizes)
+    g = torch.Generator().manual_seed(seed)
+    log_probs = torch.log_softmax(torch.randn(2, len(tuples) + 1, generator=g) * 3, dim=1)
+    log_probs[:, 0] = float("-inf")
+    log_probs[1, 1] = float("-inf")  # item 1 left out for the second row
+    mass = trie.prefix_log_mass(log_probs)
+    assert len(mass) == len(sizes) and mass[-1] is log_probs
+    for level in range(len(sizes) - 1):
+        prefixes = sorted({t[:level + 1] for t in tuples})
+        expected = torch.full((2, len(prefixes)), float("-inf"))
+        for j, prefix in enumerate(prefixes):
+            under = [i + 1 for i, t in enumerate(tuples) if t[:level + 1] == prefix]
+            expected[:, j] = log_probs[:, under].logsumexp(1)
+        assert torch.allclose(mass[level], expected, atol=1e-5)
