@@ -112,3 +112,8 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
         "the beam, ordered by the item head alone (beam 50, top-k 50)")
     assert doc._ranking_label({"rank": "hybrid", "code_weight": 0.5}) == (
         "the beam, re-ranked by code + item-head log-probability (code weight 0.5)")
+    assert doc._ranking_label({"rank": "guided", "code_weight": 0}) == (
+        "the beam steered and ordered by the item head alone (each prefix by the head's mass under it)")
+    assert doc._ranking_label({"rank": "guided", "beam": 50, "top_k": 50}) == (
+        "the beam steered by the item head (each prefix by code log-probability + the head's mass under it) "
+        "(beam 50, top-k 50)")
