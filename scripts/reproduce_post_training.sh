@@ -50,7 +50,7 @@
 # SFT_TAG=_items_tied_hdistill (the same plus distill.item_head_weight=1: the teacher's top items taught to the item
 # head too) beside _items_tied_hdistill_cosine (the same plus optim.schedule=cosine), SEEDS=0 SFT_EPOCHS=10; and
 # _items_tied_hdistill again at SEEDS=1 and SEEDS=2, side by side. Their rankings (compare_rankings.py, rank=guided
-# with code_weight 0 / 0.25 / 0.5 / 1) are in README.md.
+# with code_weight 0 / 0.25 / 0.5 / 1): the command in README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
