@@ -129,25 +129,6 @@ class BruteForceConstraint:
             keys = keys // self.codebook_sizes[j]
         return out
 
-    def prefix_log_mass(self, item_log_probs: torch.Tensor) -> list[torch.Tensor]:
-        """Sum a distribution over the items into the trie's nodes.
-
-        Args:
-            item_log_probs: ``(B, N + 1)`` log-probability of every item (column 0, the padding item, and any item
-                to leave out: ``-inf``).
-        Returns:
-            ``L`` tensors: entry ``l < L - 1`` is ``(B, n_{l+1})``, the log of the summed probability of the items
-            under each node of level ``l + 1`` (``-inf`` where none has mass); entry ``L - 1`` is ``item_log_probs``
-            itself (the last level's "nodes" are the items). Summed in float64, so no item's mass underflows.
-        """
-        probs = item_log_probs.double().exp()
-        out = []
-        for level in range(self.num_levels - 1):
-            index = getattr(self, f"item_nodes_{level}").expand_as(probs)
-            mass = probs.new_zeros(len(probs), self.table(level + 1).shape[0]).scatter_add_(1, index, probs)
-            out.append(mass.log().to(item_log_probs.dtype))
-        return out + [item_log_probs]
-
     def allowed(self, level: int, nodes: torch.Tensor) -> torch.Tensor:
         flat = self._prefixes(level, nodes.flatten())
         return brute_force_allowed(self.codes, flat, self.codebook_sizes[level]).view(*nodes.shape, -1)
