@@ -17,7 +17,9 @@
 #    sdpo_seq_beam: S-DPO and sdpo_seq with the SFT model's own beam as negatives; sdpo_all and sdpo_seq_all: S-DPO and
 #    sdpo_seq with a preference example at every position of every training sequence (align.positions=all);
 #    sdpo_sampled and sdpo_seq_sampled: S-DPO and sdpo_seq with negatives sampled from the SFT model (constrained to
-#    valid semantic IDs);
+#    valid semantic IDs); sdpo_seq_rank: sdpo_seq with rewards on the scores the model ranks by (align.score=ranking:
+#    for an item-head generator, code_weight x code plus item-head log-probability); STAGE_OVERRIDES (e.g. the SFT
+#    variant's model settings) are added to every stage;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -92,7 +94,9 @@ for seed in ${SEEDS:-0 1 2}; do
       trainer.max_epochs="${SFT_EPOCHS:-40}" results_name="${PREFIX}sft${SFT_TAG}_seed$seed" \
       hydra.run.dir="$RUNS/sft$SFT_TAG-$seed"
   fi
-  STAGE=(init_from="$RUNS/sft$SFT_TAG-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}")
+  # shellcheck disable=SC2206  # the stages' extra overrides, split on spaces
+  STAGE=(init_from="$RUNS/sft$SFT_TAG-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}"
+         ${STAGE_OVERRIDES:-})
   declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
                   [sdpo_sft_beam]="align=sdpo align.sft_weight=1.0 align.negatives=beam"
                   [sdpo_seq]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence"
@@ -105,6 +109,7 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq_all]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.positions=all"
                   [sdpo_sampled]="align=sdpo align.negatives=sampled"
                   [sdpo_seq_sampled]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=sampled"
+                  [sdpo_seq_rank]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do

@@ -107,6 +107,15 @@ class GenerativeRecommender(nn.Module):
         :func:`~genrec.data.batch.prefixes`); a model may compute it without building those prompts."""
         return self.item_log_probs(prefixes(batch), items)
 
+    def ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """Differentiable: ``(B, M)`` the score :meth:`ranked` orders candidate ``items (B, M)`` by after each
+        history; here their :meth:`item_log_probs` (the beam's order), a model that ranks otherwise overrides it."""
+        return self.item_log_probs(batch, items)
+
+    def prefix_ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """:meth:`ranking_scores` after every position of a training batch, as :meth:`prefix_item_log_probs`."""
+        return self.prefix_item_log_probs(batch, items)
+
     def decoder(self, batch: JaggedBatch, use_cache: bool = True) -> Decoder:
         """Decoding state for the batch's users (``use_cache=False``: recompute everything at every step)."""
         raise NotImplementedError

@@ -170,6 +170,31 @@ class SIDGenerator(GenerativeRecommender):
         return BeamResult(beam.items.gather(1, order), scores, beam.codes.gather(1, order[..., None].expand_as(
             beam.codes)))
 
+    def ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """Differentiable: ``(B, M)`` the score :meth:`ranked` gives ``items (B, M)``: ``rank=codes`` their code
+        log-probability, ``items`` their item-head log-probability, ``hybrid`` and ``guided`` ``code_weight`` x code
+        plus item-head log-probability (the score of their finished tuples)."""
+        if self.rank == "codes":
+            return self.item_log_probs(batch, items)
+        return self._with_code_weight(self.item_head_log_probs(batch).gather(1, items),
+                                      lambda: self.item_log_probs(batch, items))
+
+    def prefix_ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+        """:meth:`ranking_scores` after every position of a training batch (``items (N, M)`` -> ``(N, M)``); the item
+        head's log-probabilities come from one teacher-forced pass over the whole sequences."""
+        if self.rank == "codes":
+            return self.prefix_item_log_probs(batch, items)
+        targets = self.target_log_probs(batch)
+        head = targets.item_head[targets.positions >= 0]  # (N, num_items + 1), in position order
+        return self._with_code_weight(head.gather(1, items), lambda: self.prefix_item_log_probs(batch, items))
+
+    def _with_code_weight(self, head: torch.Tensor, codes) -> torch.Tensor:
+        """Item-head scores plus ``code_weight`` x the code log-probabilities ``codes()`` (computed only when they
+        count: not for ``rank=items`` nor at weight 0)."""
+        if self.rank == "items" or self.code_weight == 0:
+            return head
+        return head + self.code_weight * codes()
+
     def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
         of each user's items plus the last target, every token predicted from the ones before it. The targets are

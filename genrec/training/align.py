@@ -9,6 +9,10 @@ that position, the chosen item the next one. The ``K`` rejected items are drawn 
 taken from the SFT model's own beam (its most likely wrong items, "hard negatives") or sampled from its
 distribution over items, never the chosen item or one of the user's training items.
 
+The rewards compare the policy's and the reference's log-probabilities of an item's codes (``score=codes``) or the
+scores the model ranks items by (``score=ranking``, e.g. the item head's log-probability plus ``code_weight`` x the
+codes' for a SID generator that ranks with ``rank=guided``): alignment then acts on what the model recommends.
+
 The reference model is the SFT model itself, frozen: at the start of the stage (before the first step, while the
 policy still equals it) the task computes ``log pi_ref`` of every example's chosen and rejected items once and
 caches them with the negatives, keyed by the chosen item's index in ``SequenceData.item_ids``; nothing else of the
@@ -40,6 +44,7 @@ log = logging.getLogger("genrec.train")
 NEGATIVE_SOURCES = ("popularity", "beam", "sampled")
 SFT_TARGETS = ("chosen", "sequence")
 POSITIONS = ("last", "all")
+SCORES = ("codes", "ranking")
 CHECKPOINT_KEY = "genrec_preferences"
 
 
@@ -60,6 +65,9 @@ class AlignConfig:
             reference's (computed in eval mode), as TRL's DPO does by default.
         positions: the examples: ``last`` (one per training user, its last training item chosen) or ``all`` (one
             per position of every training sequence, each next item chosen).
+        score: what the rewards compare: ``codes`` (an item's code log-probability, the generator's likelihood) or
+            ``ranking`` (the score the model ranks items by, :meth:`GenerativeRecommender.ranking_scores`: for a SID
+            generator with an item head and ``rank=guided``, ``code_weight`` x code plus item-head log-probability).
     """
 
     loss: str
@@ -70,6 +78,7 @@ class AlignConfig:
     sft_target: str = "chosen"
     disable_dropout: bool = True
     positions: str = "last"
+    score: str = "codes"
 
     @classmethod
     def from_config(cls, node: DictConfig | None) -> "AlignConfig | None":
@@ -93,6 +102,12 @@ class AlignConfig:
             raise ConfigError("align.sft_target", f"got {config.sft_target!r}, expected one of {SFT_TARGETS}")
         if config.positions not in POSITIONS:
             raise ConfigError("align.positions", f"got {config.positions!r}, expected one of {POSITIONS}")
+        if config.score not in SCORES:
+            raise ConfigError("align.score", f"got {config.score!r}, expected one of {SCORES}")
+        if config.score == "ranking" and config.sft_weight and config.sft_target == "chosen":
+            raise ConfigError("align.sft_target", "sft_target=chosen adds the chosen item's code log-probability "
+                                                  "to the loss, which align.score=ranking does not compare: use "
+                                                  "sft_target=sequence (the control's loss)")
         return config
 
 
@@ -110,9 +125,12 @@ def example_keys(batch: JaggedBatch, positions: str, valid_at: torch.Tensor) -> 
     return keys, batch.target_ids
 
 
-def example_log_probs(model: GenerativeRecommender, batch: JaggedBatch, positions: str,
-                      candidates: torch.Tensor) -> torch.Tensor:
-    """``(E, M)`` the model's log-probabilities of each example's ``candidates (E, M)`` after its prompt."""
+def example_scores(model: GenerativeRecommender, batch: JaggedBatch, positions: str, candidates: torch.Tensor,
+                   score: str = "codes") -> torch.Tensor:
+    """``(E, M)`` the model's scores of each example's ``candidates (E, M)`` after its prompt: their
+    log-probabilities (``score=codes``) or the scores the model ranks them by (``ranking``)."""
+    if score == "ranking":
+        return (model.ranking_scores if positions == "last" else model.prefix_ranking_scores)(batch, candidates)
     if positions == "last":
         return model.item_log_probs(batch, candidates)
     return model.prefix_item_log_probs(batch, candidates)
@@ -288,8 +306,8 @@ class AlignTask(GenerativeTask):
         for rows, batch in examples.batches(self.reference_batch_size):
             at = keys[rows]
             candidates = torch.cat([chosen[at, None], table[at]], dim=1)
-            log_probs = example_log_probs(self.model, batch.to(self.device), self.align.positions,
-                                          candidates.to(self.device))
+            log_probs = example_scores(self.model, batch.to(self.device), self.align.positions,
+                                       candidates.to(self.device), self.align.score)
             reference[at] = log_probs.float().cpu()
         self.model.train(was_training)
         self.reference_passes += 1
@@ -315,8 +333,8 @@ class AlignTask(GenerativeTask):
         for rows, batch in examples.batches(self.reference_batch_size):
             at = torch.from_numpy(examples.keys[rows])
             candidates = torch.cat([cache["chosen"][at, None], cache["negatives"][at]], dim=1)
-            policy = example_log_probs(self.model, batch.to(self.device), self.align.positions,
-                                       candidates.to(self.device)).float().cpu()
+            policy = example_scores(self.model, batch.to(self.device), self.align.positions,
+                                    candidates.to(self.device), self.align.score).float().cpu()
             reference = cache["reference_log_probs"][at]
             result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                      self.align.beta)
@@ -362,7 +380,7 @@ class AlignTask(GenerativeTask):
             raise RuntimeError("the preference cache does not belong to this dataset (chosen items differ)")
         candidates = torch.cat([chosen[:, None], cache["negatives"][keys].to(chosen.device)], dim=1)
         reference = cache["reference_log_probs"][keys].to(self.device)
-        policy = example_log_probs(self.model, batch, self.align.positions, candidates)  # (E, 1 + K)
+        policy = example_scores(self.model, batch, self.align.positions, candidates, self.align.score)  # (E, 1 + K)
         result = preference_loss(self.align.loss, policy[:, 0], policy[:, 1:], reference[:, 0], reference[:, 1:],
                                  self.align.beta)
         loss = result.losses.mean()
@@ -384,7 +402,7 @@ class AlignTask(GenerativeTask):
         return {**super().run_info(),
                 "align": {"loss": a.loss, "beta": a.beta, "num_negatives": a.num_negatives, "negatives": a.negatives,
                           "sft_weight": a.sft_weight, "sft_target": a.sft_target,
-                          "disable_dropout": a.disable_dropout, "positions": a.positions,
+                          "disable_dropout": a.disable_dropout, "positions": a.positions, "score": a.score,
                           "examples": ("one per training user: prompt = training part minus its last item, chosen = "
                                        "that item" if a.positions == "last" else
                                        "one per position of every training sequence: prompt = the sequence up to "

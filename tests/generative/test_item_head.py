@@ -1,8 +1,10 @@
 """The SID generator's item head (``item_head=true``): its loss, and the four ways the model ranks (``codes``,
-``hybrid``, ``guided``, ``items``), each against a direct computation."""
+``hybrid``, ``guided``, ``items``), each against a direct computation; the scores preference alignment compares
+(``ranking_scores``) against the ranking's own."""
 import pytest
 import torch
 
+from genrec.data.batch import prefixes
 from genrec.errors import UserError
 from genrec.models.sasrec import SASRec
 from genrec.models.sid_generator import SIDGenerator
@@ -136,6 +138,22 @@ def test_codes_ranks_exactly_like_the_beam():
     model = generator(rank="codes")
     batch = eval_batch(HISTORIES)
     assert torch.equal(model.ranked(batch).items, model.generate(batch).items)
+
+
+@pytest.mark.parametrize("rank, weight", [("codes", 1.0), ("hybrid", 0.5), ("guided", 0.5), ("guided", 0.0),
+                                          ("items", 1.0)])
+def test_ranking_scores_are_the_scores_the_ranked_items_carry(rank, weight):
+    """``ranking_scores`` (what ``align.score=ranking`` aligns) of the items ``ranked`` returns equal the scores it
+    ranked them by; after every position of a training batch they equal the scores after each prefix as a prompt."""
+    model = generator(rank=rank, code_weight=weight)
+    batch = eval_batch(HISTORIES)
+    ranked = model.ranked(batch)
+    with torch.no_grad():
+        assert torch.allclose(model.ranking_scores(batch, ranked.items), ranked.scores, atol=1e-4)
+        train = train_batch([[5, 17, 30, 2], [9, 4], [33, 1, 8]])
+        items = torch.randint(1, 41, (len(train.item_ids), 6), generator=torch.Generator().manual_seed(0))
+        per_prefix = model.ranking_scores(prefixes(train), items)
+        assert torch.allclose(model.prefix_ranking_scores(train, items), per_prefix, atol=1e-4)
 
 
 def test_ranking_with_the_item_head_needs_one():

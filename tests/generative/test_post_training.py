@@ -319,6 +319,37 @@ def test_at_the_reference_weights_every_training_batch_loss_is_neutral(workdir, 
             assert float(task.training_loss(batch)) == pytest.approx(math.log(4), abs=1e-5)
 
 
+ITEM_HEAD = ["model.generator.item_head=true", "model.decoding.rank=guided", "model.decoding.code_weight=0.5"]
+
+
+@pytest.mark.parametrize("positions", ["last", "all"])
+def test_ranking_score_rewards_compare_the_scores_the_model_ranks_by(workdir, positions):
+    """``align.score=ranking`` on a generator that ranks with its item head (``rank=guided``, code weight 0.5): the
+    cached reference holds 0.5 x code plus item-head log-probability of every candidate (not the code
+    log-probability), and at the reference weights every training batch's loss is neutral."""
+    cfg = _compose(_base(workdir) + ITEM_HEAD + ["align=sdpo", "align.num_negatives=3", "align.score=ranking",
+                                                 f"align.positions={positions}"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.preferences = cache = task.build_preferences(dm.data, dm.max_len)
+    model = task.model.eval()
+    examples = preference_examples(dm.data, dm.max_len, positions)
+    rows, batch = next(examples.batches(16))
+    keys = torch.from_numpy(examples.keys[rows])
+    candidates = torch.cat([cache["chosen"][keys, None], cache["negatives"][keys]], dim=1)
+    prompts = examples.prompts(batch)
+    with torch.no_grad():
+        head = model.item_head_log_probs(prompts).gather(1, candidates)
+        codes = model.item_log_probs(prompts, candidates)
+    assert torch.allclose(cache["reference_log_probs"][keys], head + 0.5 * codes, atol=1e-4)
+    assert not torch.allclose(cache["reference_log_probs"][keys], codes, atol=1e-2)
+    task.train()
+    with torch.no_grad():
+        for batch in dm.train_dataloader():
+            assert float(task.training_loss(batch)) == pytest.approx(math.log(4), abs=1e-5)
+
+
 def test_a_checkpoint_with_a_per_user_preference_cache_is_refused(workdir):
     cfg = _compose(_base(workdir) + ["align=sdpo"])
     dm = build_datamodule(cfg)
@@ -367,11 +398,14 @@ def test_align_and_distill_settings_are_checked():
                               ("align.num_negatives=0", "align.num_negatives: got 0"),
                               ("align.sft_target=all", "align.sft_target: got 'all'"),
                               ("align.positions=every", "align.positions: got 'every'"),
+                              ("align.score=logits", "align.score: got 'logits'"),
                               ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
         with pytest.raises(ConfigError, match=message):
             AlignConfig.from_config(_compose(["align=dpo", override]).align)
     with pytest.raises(ConfigError, match="distill.weight: got -1"):
         DistillConfig.from_config(_compose(["distill=teacher", "distill.teacher=x", "distill.weight=-1"]).distill)
+    with pytest.raises(ConfigError, match="align.sft_target: sft_target=chosen adds the chosen item's code"):
+        AlignConfig.from_config(_compose(["align=sdpo", "align.score=ranking", "align.sft_weight=1"]).align)
     assert AlignConfig.from_config(_compose(["align=none"]).align) is None
     assert DistillConfig.from_config(_compose(["distill=none"]).distill) is None
     assert AlignConfig.from_config(_compose(["align=sdpo"]).align) == AlignConfig(loss="sdpo", num_negatives=8)
