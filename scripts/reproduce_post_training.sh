@@ -52,7 +52,11 @@
 # SFT_TAG=_items_tied_hdistill (the same plus distill.item_head_weight=1: the teacher's top items taught to the item
 # head too) beside _items_tied_hdistill_cosine (the same plus optim.schedule=cosine), SEEDS=0 SFT_EPOCHS=10; and
 # _items_tied_hdistill again at SEEDS=1 and SEEDS=2, side by side. Their rankings (compare_rankings.py, rank=guided
-# with code_weight 0 / 0.25 / 0.5 / 1): the command in README.md.
+# with code_weight 0 / 0.25 / 0.5 / 1): the command in README.md. From those three checkpoints, S-DPO on the ranking
+# scores against its control: SFT_TAG=_items_tied_hdistill STAGE_TAG=_guided05 STAGE_EPOCHS=2 STAGE_LR=5e-4
+# ARMS=sdpo_seq_rank (and ARMS=sft_more_nodrop, one process each) STAGE_OVERRIDES="model.generator.item_head=true
+# model.generator.item_inputs=true model.generator.tie_item_tables=true model.decoding.rank=guided
+# model.decoding.code_weight=0.5", then compare_rankings.py --variant rank=guided,code_weight=0 on the six runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
