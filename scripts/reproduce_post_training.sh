@@ -56,7 +56,8 @@
 # scores against its control: SFT_TAG=_items_tied_hdistill STAGE_TAG=_guided05 STAGE_EPOCHS=2 STAGE_LR=5e-4
 # ARMS=sdpo_seq_rank (and ARMS=sft_more_nodrop, one process each) STAGE_OVERRIDES="model.generator.item_head=true
 # model.generator.item_inputs=true model.generator.tie_item_tables=true model.decoding.rank=guided
-# model.decoding.code_weight=0.5", then compare_rankings.py --variant rank=guided,code_weight=0 on the six runs.
+# model.decoding.code_weight=0.5", then compare_rankings.py --variant rank=guided,code_weight=0 on the six runs; and at
+# SEEDS=0 the same with STAGE_TAG=_guided0_lr5e-5 STAGE_LR=5e-5 and model.decoding.code_weight=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
