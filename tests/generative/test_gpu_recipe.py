@@ -35,18 +35,22 @@ BATCHES = {"sid_gpt": train_batch([[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12, 1
            "tiger": eval_batch([[1, 2, 3], [4, 5], [6, 7, 8, 9]], [10, 11, 12])}  # one target per prefix
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled CUDA kernels need a GPU")
+
+
 @needs_compiler
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 @pytest.mark.parametrize("name", ["sid_gpt", pytest.param("tiger", marks=pytest.mark.slow)])
-def test_compiled_stacks_train_like_the_eager_model(name):
+def test_compiled_stacks_train_like_the_eager_model(name, device):
     """Same loss and gradients (1e-5) for the same weights, and the same parameter names (a checkpoint of one loads
     into the other). Without dropout: compiled code draws its own random numbers. TIGER is slow: compiling T5
-    takes about a minute on one core."""
+    takes about a minute on one core. On CUDA (the GPU recipe's device) inductor emits Triton kernels instead."""
     torch.manual_seed(0)
-    eager = {"sid_gpt": gpt, "tiger": lambda: tiger(dropout=0.0)}[name]().train()
+    eager = {"sid_gpt": gpt, "tiger": lambda: tiger(dropout=0.0)}[name]().train().to(device)
     compiled = copy.deepcopy(eager)
     compile_stacks(PLAIN, compiled)
     assert all(stack._compiled_call_impl is not None for stack in compiled.sequence_stacks())
-    batch = BATCHES[name]
+    batch = BATCHES[name].to(device)
     for _ in range(2):  # the second call runs the cached compiled graph
         (eager_loss, eager_grads), (loss, grads) = _loss_and_grads(eager, batch), _loss_and_grads(compiled, batch)
         assert loss == pytest.approx(eager_loss, abs=1e-5)
