@@ -9,8 +9,9 @@
 # stopping: hours on 2 CPU cores. The numbers in results/ were cut to fit a shared 2-core machine:
 #   TIGER_ARGS="trainer.max_epochs=2 +trainer.max_time=00:00:24:00"
 #   SID_GPT_ARGS="trainer.max_epochs=40 +trainer.max_time=00:00:47:00" (trained in three resumed segments)
-# GPU=1: both models with recipe=gpu (conf/recipe/gpu.yaml: bf16, torch.compile, batches of 1,024, 10 minutes each)
-#   and their results as results/beauty_{tiger,sid_gpt}_gpu_seed<S>.json; not yet run on a GPU.
+# GPU=1: both models with recipe=gpu (conf/recipe/gpu.yaml: bf16, batches of 1,024, 10 minutes each) and their
+#   results as results/beauty_{tiger,sid_gpt}_text_gpu_seed<S>.json; not run on a GPU (scripts/gpu_recipe_check.sh
+#   is the recipe's recorded GPU run, on the collaborative SIDs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -20,7 +21,7 @@ if [ ! -f "$SID_TABLE/sid_table.parquet" ]; then
     threads="${THREADS:-1}" hydra.run.dir="$SID_TABLE"
 fi
 RECIPE=() SUFFIX=""
-[ "${GPU:-0}" = 1 ] && RECIPE=(recipe=gpu) SUFFIX=_gpu
+[ "${GPU:-0}" = 1 ] && RECIPE=(recipe=gpu) SUFFIX=_text_gpu
 for seed in ${SEEDS:-0}; do
   # shellcheck disable=SC2086  # the *_ARGS are lists of overrides
   "$PY" -m genrec.train experiment=beauty_tiger sid_table="$SID_TABLE" seed="$seed" threads="${THREADS:-1}" \

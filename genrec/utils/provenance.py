@@ -18,10 +18,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def git_commit(root: Path = REPO_ROOT) -> str:
     """HEAD's SHA with ``+dirty`` if tracked files other than results/ and docs/results.md (what runs write)
     differ from it; for an installed package (no checkout at ``root``), ``genrec <version>``; ``unknown`` when
-    git fails. A copy of a checkout without its ``.git`` (e.g. the working tree sent to a lent GPU machine) names
-    its commit in ``GENREC_COMMIT``, recorded as ``<sha> (copy without .git)``."""
-    if os.environ.get("GENREC_COMMIT") and not (root / ".git").exists():
-        return f"{os.environ['GENREC_COMMIT']} (copy without .git)"
+    git fails. A copy of a checkout (e.g. the working tree sent to a lent GPU machine, whose ``.git`` may be missing
+    or stale) names its commit in ``GENREC_COMMIT``, recorded as ``<sha> (named by GENREC_COMMIT)``."""
+    if os.environ.get("GENREC_COMMIT"):
+        return f"{os.environ['GENREC_COMMIT']} (named by GENREC_COMMIT)"
     if not (root / ".git").exists():
         from genrec import __version__
 

@@ -2,12 +2,23 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from genrec.conf import compose_config
 from genrec.data.batch import JaggedBatch
+from genrec.data.datamodule import load_dataset
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+
+#: a tiny synthetic genrec-train run (one epoch) and small generator sizes for the end-to-end tests
+TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
+        "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
+        "data.max_len=10", "data.batch_size=64", "threads=1"]
+SMALL = {"tiger": ["model.generator.d_model=16", "model.generator.d_ff=32", "model.generator.num_heads=2",
+                   "model.generator.d_kv=8", "model.generator.num_layers=1", "model.generator.num_decoder_layers=1"],
+         "sid_gpt": ["model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32"]}
 
 
 def make_table(num_items: int = 40, sizes: tuple[int, ...] = (4, 5, 3), seed: int = 0) -> SIDTable:
@@ -16,6 +27,17 @@ def make_table(num_items: int = 40, sizes: tuple[int, ...] = (4, 5, 3), seed: in
     codes = every[np.random.default_rng(seed).choice(len(every), num_items, replace=False)]
     raw = np.array([None] + [f"item{i}" for i in range(1, num_items + 1)], dtype=object)
     return SIDTable(np.vstack([np.full((1, len(sizes)), PAD_CODE), codes]), sizes, raw, dataset="toy")
+
+
+def tiny_sid_table(folder: Path) -> Path:
+    """A random SID table (3 levels of 8 x 8 x 4 codes) for the items of the ``TINY`` dataset, saved in ``folder``
+    (the dataset cached in ``folder / "cache"``)."""
+    cfg = compose_config("train", TINY + [f"data.cache_dir={folder / 'cache'}"])
+    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
+    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
+    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
+    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids, dataset=data.name).save(folder)
+    return folder
 
 
 def eval_batch(histories: list[list[int]], targets: list[int] | None = None) -> JaggedBatch:

@@ -12,34 +12,13 @@ from genrec import evaluate as eval_entry
 from genrec.export import cli as export_cli
 from genrec.export.manifest import validate_manifest
 from genrec import train as train_entry
-from genrec.data.datamodule import load_dataset
-from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+from genrec.tokenize.sid_table import SIDTable
 from genrec.training.builders import load_run
 from genrec.conf import compose_config
 from tests.conftest import load_script
-from tests.generative.helpers import one_thread
+from tests.generative.helpers import SMALL, TINY, one_thread
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
-
-TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
-        "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
-        "data.max_len=10", "data.batch_size=64", "threads=1"]
-SMALL = {"tiger": ["model.generator.d_model=16", "model.generator.d_ff=32", "model.generator.num_heads=2",
-                   "model.generator.d_kv=8", "model.generator.num_layers=1", "model.generator.num_decoder_layers=1"],
-         "sid_gpt": ["model.dim=16", "model.backbone.num_layers=1", "model.backbone.ffn_dim=32"]}
-
-
-@pytest.fixture(scope="module")
-def sid_table(tmp_path_factory):
-    """A random SID table (3 levels of 8 x 8 x 4 codes) for the tiny synthetic dataset's items."""
-    tmp = tmp_path_factory.mktemp("sid")
-    cfg = compose_config("train", TINY + [f"data.cache_dir={tmp / 'cache'}"])
-    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
-    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
-    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
-    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids, dataset=data.name).save(tmp)
-    return tmp
-
 
 HYBRID = ["model.generator.item_head=true", "model.decoding.rank=hybrid"]  # the item head re-ranks the beam
 # the same with the head scoring through the item-input table

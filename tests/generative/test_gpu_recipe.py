@@ -1,7 +1,8 @@
 """The GPU recipe's code path on CPU (``recipe=gpu`` with ``trainer.accelerator=cpu``): ``compile=true`` compiles
-the sequence stacks in place and trains exactly like the eager model; the whole recipe (bf16 autocast, compiled
-stacks, bucketed batches, warm-up) trains and decodes a tiny generator end to end; unsupported combinations are
-refused with the key named."""
+the sequence stacks in place and trains exactly like the eager model (on CUDA too, where a GPU is present); the
+whole recipe (bf16 autocast, bucketed batches, warm-up; with compiled stacks on top) trains and decodes a tiny
+generator end to end; the recipe itself leaves compile off; unsupported combinations are refused with the key
+named."""
 import copy
 import shutil
 
@@ -13,9 +14,8 @@ from genrec import train as train_entry
 from genrec.conf import compose_config
 from genrec.errors import ConfigError
 from genrec.training.builders import compile_stacks
-from tests.generative.helpers import eval_batch, one_thread, train_batch
+from tests.generative.helpers import SMALL, TINY, eval_batch, one_thread, train_batch
 from tests.generative.test_generative_models import gpt, tiger
-from tests.generative.test_generative_training import SMALL, TINY, sid_table  # noqa: F401 (fixture)
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
@@ -67,13 +67,21 @@ def test_compile_is_refused_with_sharded_training(key, value):
         compile_stacks(cfg, gpt())
 
 
+def test_the_gpu_recipe_leaves_compile_off():
+    """Measured on an H200 (docs/results.md, "GPU recipe"): compiled steps were slower than eager ones there."""
+    cfg = compose_config("train", ["model=sid_gpt", "recipe=gpu"])
+    assert (cfg.compile, cfg.trainer.accelerator, cfg.trainer.precision, cfg.data.batch_size) == \
+        (False, "gpu", "bf16-mixed", 1024)
+
+
 @needs_compiler
-def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):  # noqa: F811 (fixture)
-    """recipe=gpu end to end on the CPU: bf16-mixed, compiled stacks, its batch size and warm-up, then beam search."""
+def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):
+    """recipe=gpu end to end on the CPU with compile=true on top (the recipe's other run in
+    scripts/gpu_recipe_check.sh): bf16-mixed, compiled stacks, its batch size and warm-up, then beam search."""
     cfg = compose_config("train", TINY + SMALL["sid_gpt"] + ["model=sid_gpt", f"sid_table={sid_table}",
                                                                f"data.cache_dir={sid_table / 'cache'}", "recipe=gpu",
-                                                               "trainer.accelerator=cpu", "data.num_workers=0",
-                                                               "data.batch_size=128"])
+                                                               "compile=true", "trainer.accelerator=cpu",
+                                                               "data.num_workers=0", "data.batch_size=128"])
     metrics = train_entry.run(cfg, tmp_path / "run")
     config = metrics["config"]
     assert (config["compile"], config["trainer"]["precision"], config["optim"]["warmup_steps"]) == \
