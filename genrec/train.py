@@ -172,6 +172,11 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     trainer.fit(task, datamodule=datamodule, ckpt_path=resume, weights_only=True)
     train_seconds = time.time() - started
+    if not best.best_model_path:  # e.g. a time or step cap reached before the first validation
+        raise ConfigError("trainer.check_val_every_n_epoch",
+                          f"training stopped after {trainer.global_step} steps, before any validation "
+                          "pass, so there is no best checkpoint to test: validate more often or let "
+                          "the run go further (trainer.max_time, trainer.max_steps)")
     best_path = Path(best.best_model_path)
     valid = trainer.validate(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]
     test = trainer.test(task, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True)[0]

@@ -1358,7 +1358,8 @@ def gpu_recipe_tables(files: list[dict]) -> list[str]:
         if row:
             out.append(row)
     for name, metrics in first["baselines"].items():
-        out.append(_gpu_row(f"{name} (baseline)", [metrics["test"]], "–", "–", "–", f"`results/{first['name']}.json`"))
+        source = f"`results/{first['name']}.json`"
+        out.append(_gpu_row(f"{name} (baseline)", [metrics["test"]], "–", "–", "–", source))
     for name, metrics in PUBLISHED.get(first["dataset"]["dataset"], {}).items():
         out.append(f"| *{name}* | " + " | ".join(_cell([metrics[k]]) if k in metrics else "–"
                                                  for k in COLUMNS + ["invalid_rate"]) +
@@ -1395,7 +1396,8 @@ def _gpu_findings(gpu: list[dict], files: list[dict]) -> list[str]:
         line = (f"- **{r['model']}** (`results/{r['name']}.json`): NDCG@10 {ndcg(r):.4f}, "
                 f"{100 * (ndcg(r) / best - 1):+.1f}% against the best baseline ({best_name}, {best:.4f})")
         if r["model"] in published:
-            line += f", {100 * ndcg(r) / published[r['model']]['ndcg@10']:.0f}% of the published {published[r['model']]['ndcg@10']:.4f}"
+            paper = published[r["model"]]["ndcg@10"]
+            line += f", {100 * ndcg(r) / paper:.0f}% of the published {paper:.4f}"
         prefix, decoding, _ = GPU_CPU_REFERENCES.get(r["model"], (None, None, None))
         cpu = [f for f in files if prefix and f["name"].startswith(prefix) and "metrics" in f and not _on_gpu(f)]
         if cpu:

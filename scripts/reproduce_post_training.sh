@@ -18,7 +18,8 @@
 #    sdpo_seq with a preference example at every position of every training sequence (align.positions=all);
 #    sdpo_sampled and sdpo_seq_sampled: S-DPO and sdpo_seq with negatives sampled from the SFT model (constrained to
 #    valid semantic IDs); sdpo_seq_rank: sdpo_seq with rewards on the scores the model ranks by (align.score=ranking:
-#    for an item-head generator, code_weight x code plus item-head log-probability); STAGE_OVERRIDES (e.g. the SFT
+#    for an item-head generator, code_weight x code plus item-head log-probability); sdpo_seq_rank_beam: the same with
+#    the model's own top recommended wrong items as negatives; STAGE_OVERRIDES (e.g. the SFT
 #    variant's model settings) are added to every stage;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
@@ -115,6 +116,8 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_sampled]="align=sdpo align.negatives=sampled"
                   [sdpo_seq_sampled]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=sampled"
                   [sdpo_seq_rank]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking"
+                  [sdpo_seq_rank_beam]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking
+                                        align.negatives=beam"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do

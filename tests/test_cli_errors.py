@@ -70,6 +70,28 @@ def test_bad_schedule_before_the_data_loads(tmp_path, overrides, expected):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    (["trainer.max_epochs=0"], "trainer.max_epochs: got 0: a run needs at least one epoch"),
+    (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
+     "trainer.check_val_every_n_epoch: got 3, more than trainer.max_epochs=2: no validation would run"),
+])
+def test_epochs_without_a_validation_pass_before_the_data_loads(tmp_path, overrides, expected):
+    """A run tests its best validation checkpoint: settings under which no validation runs are refused up front."""
+    proc = _cli("genrec.train", *TINY_RUN, *overrides, f"data.cache_dir={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", expected)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_cap_reached_before_any_validation_is_one_line(tmp_path):
+    """A step (or time) cap that ends training before the first validation leaves no checkpoint to test: one line
+    naming the setting, not a traceback from loading the checkpoint path ''."""
+    proc = _cli("genrec.train", *TINY_RUN, "+trainer.max_steps=1", f"data.cache_dir={tmp_path / 'cache'}",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-train", "trainer.check_val_every_n_epoch: training stopped after 1 steps, before any "
+                                          "validation pass")
+
+
 def test_prefetching_is_refused_before_the_data_loads(tmp_path):
     """genrec-train draws each step's candidates in the forward pass, so a prefetch setting would do nothing."""
     proc = _cli("genrec.train", *TINY_RUN, "embedding@model.embedding=dynamic", "model.embedding.prefetch_depth=1",

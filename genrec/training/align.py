@@ -56,8 +56,9 @@ class AlignConfig:
         loss: ``dpo`` (the mean over the ``K`` chosen/rejected pairs) or ``sdpo`` (one softmax over all of them).
         beta: the reward temperature β.
         num_negatives: rejected items per example ``K``.
-        negatives: ``popularity`` (drawn ∝ training-split counts), ``beam`` (the SFT model's top wrong items) or
-            ``sampled`` (drawn from the SFT model's own distribution over items).
+        negatives: ``popularity`` (drawn ∝ training-split counts), ``beam`` (the SFT model's top wrong items: its
+            code beam's, or with ``score=ranking`` the top of the list it recommends) or ``sampled`` (drawn from the
+            SFT model's own distribution over items).
         sft_weight: weight of a next-token loss added to the preference loss (0: none).
         sft_target: what that next-token loss covers: ``chosen`` (the chosen item's codes only) or ``sequence``
             (every position of the training sequence: the loss that continued SFT, the stage's control, trains on).
@@ -215,14 +216,18 @@ def popularity_negatives(examples: PreferenceExamples, k: int, seed: int,
 
 @torch.no_grad()
 def beam_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k: int, batch_size: int,
-                   device: torch.device) -> np.ndarray:
+                   device: torch.device, ranked: bool = False) -> np.ndarray:
     """``(E, k)`` the model's ``k`` most likely items for each prompt other than the chosen item and the user's
-    training items (0 where the beam found fewer)."""
+    training items (0 where the beam found fewer): by its code beam, or with ``ranked`` the first ``k`` of
+    :meth:`~GenerativeRecommender.ranked` (the items it recommends, by the scores ``score=ranking`` compares)."""
     out = np.zeros((len(examples.users), k), dtype=np.int64)
     for rows, batch in examples.batches(batch_size):
         prompts = examples.prompts(batch).to(device)
-        result = model.generate(prompts, beam=max(model.beam, k), top_k=k, exclude_history=True)
-        out[rows] = result.items.cpu().numpy()
+        if ranked:
+            items = model.ranked(prompts).items[:, :k]
+            out[rows, :items.shape[1]] = items.cpu().numpy()
+        else:
+            out[rows] = model.generate(prompts, beam=max(model.beam, k), top_k=k, exclude_history=True).items.cpu()
     return out
 
 
@@ -292,7 +297,8 @@ class AlignTask(GenerativeTask):
         k = self.align.num_negatives
         negatives = None
         if self.align.negatives == "beam":
-            negatives = beam_negatives(self.model, examples, k, self.reference_batch_size, self.device)
+            negatives = beam_negatives(self.model, examples, k, self.reference_batch_size, self.device,
+                                       ranked=self.align.score == "ranking")
         elif self.align.negatives == "sampled":
             negatives = sampled_negatives(self.model, examples, k, self.reference_batch_size, self.device, self.seed)
         negatives = popularity_negatives(examples, k, self.seed, fill=negatives)

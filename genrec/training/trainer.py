@@ -114,6 +114,18 @@ def check_train_config(cfg: DictConfig) -> None:
             raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
     _check_schedule(cfg)
+    _check_validation(cfg)
+
+
+def _check_validation(cfg: DictConfig) -> None:
+    """The epochs allow a validation pass: the best checkpoint it picks is what the run tests."""
+    epochs, every = cfg.trainer.get("max_epochs", -1), cfg.trainer.get("check_val_every_n_epoch", 1)
+    if epochs == 0:
+        raise ConfigError("trainer.max_epochs", "got 0: a run needs at least one epoch and a validation pass to "
+                                                "have a best checkpoint to test (-1: no epoch limit)")
+    if epochs not in (None, -1) and isinstance(every, int) and every > epochs:
+        raise ConfigError("trainer.check_val_every_n_epoch", f"got {every}, more than trainer.max_epochs={epochs}: "
+                                                             "no validation would run, so no best checkpoint to test")
 
 
 def _check_schedule(cfg: DictConfig) -> None:

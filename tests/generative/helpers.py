@@ -36,7 +36,8 @@ def tiny_sid_table(folder: Path) -> Path:
     data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
     every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
     codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
-    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids, dataset=data.name).save(folder)
+    table = SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids, dataset=data.name)
+    table.save(folder)
     return folder
 
 

@@ -227,6 +227,25 @@ def test_beam_negatives_are_the_models_top_wrong_items(workdir):
         assert hard[row].tolist() == ranked[:3]
 
 
+def test_with_ranking_scores_beam_negatives_are_the_top_of_the_models_ranking(workdir):
+    """``align.score=ranking`` takes hard negatives from what the model recommends (:meth:`ranked`), not from its code
+    beam: with ``rank=items`` that is the item head's top unseen items over the corpus, a hand-checkable list."""
+    cfg = _compose(_base(workdir) + ["model.generator.item_head=true", "model.decoding.rank=items"])
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids).eval()
+    examples = preference_examples(dm.data, dm.max_len)
+    hard = beam_negatives(task.model, examples, 3, 64, torch.device("cpu"), ranked=True)
+    assert not np.array_equal(hard, beam_negatives(task.model, examples, 3, 64, torch.device("cpu")))
+    _, batch = next(examples.batches(8))
+    with torch.no_grad():
+        head = task.model.item_head_log_probs(batch)
+    for row in range(8):
+        seen = set(batch.seen_ids[batch.seen_offsets[row]:batch.seen_offsets[row + 1]].tolist())
+        top = [i for i in head[row].argsort(descending=True).tolist() if i != 0 and i not in seen]
+        assert examples.chosen[row] in seen and hard[row].tolist() == top[:3]
+
+
 # ---- the reference cache -----------------------------------------------------------------------------------------
 
 def _fit(task, dm, steps: int, ckpt_path=None) -> L.Trainer:
