@@ -562,6 +562,8 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sdpo_sampled": "SFT + S-DPO, negatives sampled from the SFT model",
                "sdpo_seq_sampled": "SFT + S-DPO + the control's next-token loss, negatives sampled from the SFT model",
                "sdpo_seq_rank": "SFT + S-DPO on the ranking scores + the control's next-token loss",
+               "sdpo_seq_rank_beam": "SFT + S-DPO on the ranking scores + the control's next-token loss, the "
+                                     "model's own top recommended wrong items as negatives",
                "sft_more_nodrop": "SFT + continued SFT without dropout (as the alignment stages train)",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
@@ -569,7 +571,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
 #: the preference-alignment stages (POST_STAGES keys), in table order
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
                 "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_all", "sdpo_seq_all", "sdpo_sampled", "sdpo_seq_sampled",
-                "sdpo_seq_rank")
+                "sdpo_seq_rank", "sdpo_seq_rank_beam")
 #: run-name suffixes of the script's variants (its SFT_TAG and STAGE_TAG) after a POST_STAGES name -> what they change
 POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5", "_ep12": "12 epochs",
              "_distill": "from SFT with distillation",

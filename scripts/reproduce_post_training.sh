@@ -58,7 +58,9 @@
 # ARMS=sdpo_seq_rank (and ARMS=sft_more_nodrop, one process each) STAGE_OVERRIDES="model.generator.item_head=true
 # model.generator.item_inputs=true model.generator.tie_item_tables=true model.decoding.rank=guided
 # model.decoding.code_weight=0.5", then compare_rankings.py --variant rank=guided,code_weight=0 on the six runs; and at
-# SEEDS=0 the same with STAGE_TAG=_guided0_lr5e-5 STAGE_LR=5e-5 and model.decoding.code_weight=0.
+# SEEDS=0 the same with STAGE_TAG=_guided0_lr5e-5 STAGE_LR=5e-5 and model.decoding.code_weight=0; and
+# ARMS=sdpo_seq_rank_beam with the _guided05 settings (seeds 0-2, three processes side by side), each run then
+# ranked with compare_rankings.py --variant rank=guided,code_weight=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
