@@ -783,6 +783,19 @@ POST_NOTES = {
         "0.0563 (+1.1%; the SFT checkpoint under that ranking: 0.0566), but its reward margin on the training "
         "examples stays at 0.00002: at that rate the S-DPO term barely acts, and the difference is of the size the "
         "seeds above differ by. Not run at seeds 1 and 2 (time).",
+        "",
+        "Hard negatives on the ranking scores (`sdpo_seq_rank_beam`: the same stage with `align.negatives=beam`, "
+        "which under `score=ranking` takes the first 8 items of the list the model recommends, its beam steered by "
+        "the item head at code weight 0.5, that are not the user's training items), 3 seeds: test NDCG@10 0.0491 ± "
+        "0.0002 against its control's 0.0527 ± 0.0004 (per seed -6.5%, -8.1%, -5.9%), and below the S-DPO arm "
+        "with popularity negatives (0.0526). Re-ranked by the item head alone (code weight 0) seed 0 stays below "
+        "its control too (0.0517 against 0.0552). The S-DPO term acts strongly here, unlike with popularity "
+        "negatives: on the training examples its reward accuracy is 0.77 (0.41-0.47 with popularity negatives) and "
+        "the rejected items' log-ratio -2.0 to -2.15 nats (-0.26 to -0.48). But what it pushes down is often what "
+        "the user does next: 10.7-10.9% of the examples reject the user's own validation or test target (4.6-4.7% "
+        "the test target), against 0.4% with popularity negatives (the held-out table below). The stage cannot "
+        "exclude those items without reading held-out data, so hard negatives from the model's own ranking hurt "
+        "more than they teach here. 46-54 min a seed, three stages sharing the 2 cores.",
         ""]}
 #: SFT variants against the training they change one thing of: (the paragraph's intro, [(control, variant), ...])
 SFT_COMPARISONS = [
