@@ -19,8 +19,9 @@
 #    sdpo_sampled and sdpo_seq_sampled: S-DPO and sdpo_seq with negatives sampled from the SFT model (constrained to
 #    valid semantic IDs); sdpo_seq_rank: sdpo_seq with rewards on the scores the model ranks by (align.score=ranking:
 #    for an item-head generator, code_weight x code plus item-head log-probability); sdpo_seq_rank_beam: the same with
-#    the model's own top recommended wrong items as negatives; STAGE_OVERRIDES (e.g. the SFT
-#    variant's model settings) are added to every stage;
+#    the model's own top recommended wrong items as negatives; sdpo_seq_rank_beam_skip10: the same with the wrong
+#    items ranked 11-18 instead (align.beam_skip=10: the top ones are often the user's next items);
+#    STAGE_OVERRIDES (e.g. the SFT variant's model settings) are added to every stage;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
 # SEEDS="0 1 2" (default), SFT_EPOCHS, STAGE_EPOCHS, STAGE_LR, THREADS; RUNS (default runs/post) holds the folders.
@@ -59,8 +60,9 @@
 # model.generator.item_inputs=true model.generator.tie_item_tables=true model.decoding.rank=guided
 # model.decoding.code_weight=0.5", then compare_rankings.py --variant rank=guided,code_weight=0 on the six runs; and at
 # SEEDS=0 the same with STAGE_TAG=_guided0_lr5e-5 STAGE_LR=5e-5 and model.decoding.code_weight=0; and
-# ARMS=sdpo_seq_rank_beam with the _guided05 settings (seeds 0-2, three processes side by side), each run then
-# ranked with compare_rankings.py --variant rank=guided,code_weight=0.
+# ARMS=sdpo_seq_rank_beam, then ARMS=sdpo_seq_rank_beam_skip10, with the _guided05 settings (seeds 0-2, three
+# processes side by side), each sdpo_seq_rank_beam run then ranked with compare_rankings.py --variant
+# rank=guided,code_weight=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -120,6 +122,8 @@ for seed in ${SEEDS:-0 1 2}; do
                   [sdpo_seq_rank]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking"
                   [sdpo_seq_rank_beam]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking
                                         align.negatives=beam"
+                  [sdpo_seq_rank_beam_skip10]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence
+                                               align.score=ranking align.negatives=beam align.beam_skip=10"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
                   [distill]="distill=teacher distill.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do

@@ -59,6 +59,8 @@ class AlignConfig:
         negatives: ``popularity`` (drawn ∝ training-split counts), ``beam`` (the SFT model's top wrong items: its
             code beam's, or with ``score=ranking`` the top of the list it recommends) or ``sampled`` (drawn from the
             SFT model's own distribution over items).
+        beam_skip: with ``negatives=beam``, the model's first ``beam_skip`` wrong items are passed over and the
+            ``K`` after them rejected (its very top guesses are often what the user takes next, false negatives).
         sft_weight: weight of a next-token loss added to the preference loss (0: none).
         sft_target: what that next-token loss covers: ``chosen`` (the chosen item's codes only) or ``sequence``
             (every position of the training sequence: the loss that continued SFT, the stage's control, trains on).
@@ -75,6 +77,7 @@ class AlignConfig:
     beta: float = 0.1
     num_negatives: int = 1
     negatives: str = "popularity"
+    beam_skip: int = 0
     sft_weight: float = 0.0
     sft_target: str = "chosen"
     disable_dropout: bool = True
@@ -97,6 +100,9 @@ class AlignConfig:
             raise ConfigError("align.beta", f"got {config.beta}, expected a positive number")
         if config.num_negatives < 1:
             raise ConfigError("align.num_negatives", f"got {config.num_negatives}, expected at least 1")
+        if config.beam_skip < 0 or (config.beam_skip and config.negatives != "beam"):
+            raise ConfigError("align.beam_skip", f"got {config.beam_skip}, expected 0, or a count >= 0 with "
+                                                 f"align.negatives=beam (got {config.negatives!r})")
         if config.sft_weight < 0:
             raise ConfigError("align.sft_weight", f"got {config.sft_weight}, expected a value >= 0")
         if config.sft_target not in SFT_TARGETS:
@@ -216,18 +222,23 @@ def popularity_negatives(examples: PreferenceExamples, k: int, seed: int,
 
 @torch.no_grad()
 def beam_negatives(model: GenerativeRecommender, examples: PreferenceExamples, k: int, batch_size: int,
-                   device: torch.device, ranked: bool = False) -> np.ndarray:
-    """``(E, k)`` the model's ``k`` most likely items for each prompt other than the chosen item and the user's
-    training items (0 where the beam found fewer): by its code beam, or with ``ranked`` the first ``k`` of
-    :meth:`~GenerativeRecommender.ranked` (the items it recommends, by the scores ``score=ranking`` compares)."""
+                   device: torch.device, ranked: bool = False, skip: int = 0) -> np.ndarray:
+    """``(E, k)`` the model's most likely items for each prompt other than the chosen item and the user's training
+    items, its first ``skip`` passed over (0 where the beam found fewer): by its code beam, or with ``ranked`` from
+    :meth:`~GenerativeRecommender.ranked` (the items it recommends, by the scores ``score=ranking`` compares,
+    ``model.top_k`` of them, which must reach ``skip + k``)."""
+    if ranked and skip + k > model.top_k:
+        raise ConfigError("align.beam_skip", f"beam_skip + num_negatives = {skip + k} is past the "
+                                             f"{model.top_k} items the model ranks (model.decoding.top_k)")
     out = np.zeros((len(examples.users), k), dtype=np.int64)
     for rows, batch in examples.batches(batch_size):
         prompts = examples.prompts(batch).to(device)
         if ranked:
-            items = model.ranked(prompts).items[:, :k]
-            out[rows, :items.shape[1]] = items.cpu().numpy()
+            items = model.ranked(prompts).items[:, skip:skip + k]
         else:
-            out[rows] = model.generate(prompts, beam=max(model.beam, k), top_k=k, exclude_history=True).items.cpu()
+            items = model.generate(prompts, beam=max(model.beam, skip + k), top_k=skip + k,
+                                   exclude_history=True).items[:, skip:]
+        out[rows, :items.shape[1]] = items.cpu().numpy()
     return out
 
 
@@ -298,7 +309,7 @@ class AlignTask(GenerativeTask):
         negatives = None
         if self.align.negatives == "beam":
             negatives = beam_negatives(self.model, examples, k, self.reference_batch_size, self.device,
-                                       ranked=self.align.score == "ranking")
+                                       ranked=self.align.score == "ranking", skip=self.align.beam_skip)
         elif self.align.negatives == "sampled":
             negatives = sampled_negatives(self.model, examples, k, self.reference_batch_size, self.device, self.seed)
         negatives = popularity_negatives(examples, k, self.seed, fill=negatives)

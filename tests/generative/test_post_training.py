@@ -225,6 +225,7 @@ def test_beam_negatives_are_the_models_top_wrong_items(workdir):
         ranked = [i + 1 for i in every[row].argsort(descending=True).tolist()
                   if i + 1 not in set(batch.seen_ids[batch.seen_offsets[row]:batch.seen_offsets[row + 1]].tolist())]
         assert hard[row].tolist() == ranked[:3]
+    assert np.array_equal(beam_negatives(task.model, examples, 2, 64, torch.device("cpu"), skip=1), hard[:, 1:])
 
 
 def test_with_ranking_scores_beam_negatives_are_the_top_of_the_models_ranking(workdir):
@@ -244,6 +245,12 @@ def test_with_ranking_scores_beam_negatives_are_the_top_of_the_models_ranking(wo
         seen = set(batch.seen_ids[batch.seen_offsets[row]:batch.seen_offsets[row + 1]].tolist())
         top = [i for i in head[row].argsort(descending=True).tolist() if i != 0 and i not in seen]
         assert examples.chosen[row] in seen and hard[row].tolist() == top[:3]
+    top5 = beam_negatives(task.model, examples, 5, 64, torch.device("cpu"), ranked=True)
+    assert np.array_equal(beam_negatives(task.model, examples, 3, 64, torch.device("cpu"), ranked=True, skip=2),
+                          top5[:, 2:])
+    top_k = task.model.top_k
+    with pytest.raises(ConfigError, match=rf"beam_skip \+ num_negatives = {top_k + 1} is past the {top_k} items"):
+        beam_negatives(task.model, examples, 3, 64, torch.device("cpu"), ranked=True, skip=top_k - 2)
 
 
 # ---- the reference cache -----------------------------------------------------------------------------------------
@@ -418,6 +425,8 @@ def test_align_and_distill_settings_are_checked():
                               ("align.sft_target=all", "align.sft_target: got 'all'"),
                               ("align.positions=every", "align.positions: got 'every'"),
                               ("align.score=logits", "align.score: got 'logits'"),
+                              ("align.beam_skip=2", "align.beam_skip: got 2, .* align.negatives=beam"),
+                              ("align.beam_skip=-1", "align.beam_skip: got -1"),
                               ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
         with pytest.raises(ConfigError, match=message):
             AlignConfig.from_config(_compose(["align=dpo", override]).align)
