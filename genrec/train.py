@@ -196,7 +196,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         "seed": cfg.seed,
         "protocol": {"split": PROTOCOLS[data.split["kind"]], "ranking": "full corpus",
                      "exclude_history": cfg.eval.exclude_history, "monitor": best.monitor,
-                     "split_details": split_summary(data)},
+                     "split_details": split_summary(data),
+                     "users_scored": {"valid": task.users_scored["val"], "test": task.users_scored["test"]}},
         **task.run_info(),
         "metrics": {"valid": _split_metrics(valid, "val"), "test": _split_metrics(test, "test")},
         "baselines": baselines,
@@ -227,7 +228,10 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     rows = {cfg.model.name: metrics["metrics"]["test"], **{n: b["test"] for n, b in baselines.items()}}
     for line in task.notes(metrics["metrics"]["test"]):
         print(f"\n{line}")
-    tested = metrics["protocol"]["split_details"]["users_evaluated"]["test"]
+    tested, with_target = task.users_scored["test"], metrics["protocol"]["split_details"]["users_evaluated"]["test"]
+    if tested < with_target:
+        print(f"\n{cfg.model.name} was tested on {tested} of the {with_target} users with a test target (the "
+              "trainer limited the test batches); the baselines on all of them")
     history = "removed" if cfg.eval.exclude_history else "kept"
     print(f"\nTest metrics on {data.name} ({tested} of {data.num_users} users tested, {data.num_items} items; "
           f"{data.split['kind']} split, full-corpus ranking, history {history}):\n"

@@ -17,7 +17,7 @@
 # over every validation user costs more than an epoch of 1,024-sequence batches); MAX_EPOCHS (default 500) lets the
 # time cap or early stopping end the runs. Logs and results also go to $OUT when it is set. A copy of the checkout
 # (the device tool's) sets GENREC_COMMIT to its commit: its .git can be stale. GPU=0 runs the same code path on the
-# CPU with tiny limits (a dry run of this script).
+# CPU with tiny limits (a dry run of this script), its results files in $RUNS/results, not results/.
 # How it ran on the device tool's H200 (2026-12-04; its image has torch 2.11 + CUDA 13, Lightning, transformers):
 # the packages genrec imports that the image lacks, unpacked here into one folder carried with the tree and put on
 # PYTHONPATH with the checkout and kernels/: hydra-core 1.3.8, omegaconf 2.3.1, antlr4-python3-runtime 4.9.3,
@@ -35,12 +35,15 @@ mkdir -p "$OUT" "$RUNS"
 : "${SID_TABLE:?SID_TABLE must name a semantic-ID table folder}" "${TEACHER:?TEACHER must name the SASRec run folder}"
 MINUTES=${TRAIN_MINUTES:-10}
 COMMON=(seed=0 recipe=gpu sid_table="$SID_TABLE" trainer.enable_progress_bar=false overwrite_results=true
-        "trainer.max_time=00:00:$(printf %02d "$MINUTES"):00" trainer.check_val_every_n_epoch="${VAL_EVERY:-4}")
-if [ "${GPU:-1}" = 0 ]; then  # the dry run: CPU, a few batches
-  COMMON+=(trainer.accelerator=cpu data.num_workers=0 trainer.max_epochs=1 +trainer.limit_train_batches=2
-           +trainer.limit_val_batches=1 +trainer.limit_test_batches=1 trainer.check_val_every_n_epoch=1)
+        "trainer.max_time=00:00:$(printf %02d "$MINUTES"):00")
+RESULTS=results
+if [ "${GPU:-1}" = 0 ]; then  # the dry run: CPU, a few batches, one epoch validated
+  RESULTS=$RUNS/results  # its figures must not replace the recorded ones
+  COMMON+=(results_dir="$RESULTS" trainer.accelerator=cpu data.num_workers=0 trainer.max_epochs=1
+           +trainer.limit_train_batches=2 +trainer.limit_val_batches=1 +trainer.limit_test_batches=1
+           trainer.check_val_every_n_epoch=1)
 else  # the time cap (or early stopping) ends the run, not the presets' epoch counts (30, 50)
-  COMMON+=(trainer.max_epochs="${MAX_EPOCHS:-500}")
+  COMMON+=(trainer.max_epochs="${MAX_EPOCHS:-500}" trainer.check_val_every_n_epoch="${VAL_EVERY:-4}")
 fi
 GENERATOR=(experiment=beauty_sid_gpt model.generator.item_head=true model.generator.item_inputs=true
            model.generator.tie_item_tables=true model.decoding.rank=guided model.decoding.code_weight=0
@@ -60,7 +63,7 @@ train() {  # name, overrides...: one training, its log kept beside the results
     data.cache_dir="$RUNS/cache-$name" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc after $((SECONDS - start)) s"
-  [ -f "results/$name.json" ] && cp "results/$name.json" "$OUT/"
+  [ -f "$RESULTS/$name.json" ] && cp "$RESULTS/$name.json" "$OUT/"
   tail -n 12 "$OUT/$name.log"
 }
 

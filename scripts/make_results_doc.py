@@ -564,6 +564,8 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
                "sdpo_seq_rank": "SFT + S-DPO on the ranking scores + the control's next-token loss",
                "sdpo_seq_rank_beam": "SFT + S-DPO on the ranking scores + the control's next-token loss, the "
                                      "model's own top recommended wrong items as negatives",
+               "sdpo_seq_rank_beam_skip10": "SFT + S-DPO on the ranking scores + the control's next-token loss, the "
+                                            "model's own recommended wrong items ranked 11-18 as negatives",
                "sft_more_nodrop": "SFT + continued SFT without dropout (as the alignment stages train)",
                "distill": "SFT + distillation from SASRec",
                "llm_full": "LLM backbone (llama, random init), full fine-tuning",
@@ -571,7 +573,7 @@ POST_STAGES = {"sasrec": "SASRec (the teacher; its item table made the SIDs)", "
 #: the preference-alignment stages (POST_STAGES keys), in table order
 ALIGN_STAGES = ("dpo", "sdpo", "sdpo_beam", "sdpo_sft", "sdpo_sft_beam", "sdpo_seq", "sdpo_seq_beam",
                 "sdpo_seq_dropout", "sdpo_seq_beta1", "sdpo_all", "sdpo_seq_all", "sdpo_sampled", "sdpo_seq_sampled",
-                "sdpo_seq_rank", "sdpo_seq_rank_beam")
+                "sdpo_seq_rank", "sdpo_seq_rank_beam", "sdpo_seq_rank_beam_skip10")
 #: run-name suffixes of the script's variants (its SFT_TAG and STAGE_TAG) after a POST_STAGES name -> what they change
 POST_TAGS = {"_conv": "from an SFT run trained to early stopping", "_lr5e-5": "lr 5e-5", "_ep12": "12 epochs",
              "_distill": "from SFT with distillation",
@@ -903,8 +905,53 @@ def post_training_tables(files: list[dict]) -> list[str]:
         runs = [r for r in files if _post_prefix(r) == prefix and "metrics" in r]
         if runs:
             out += _post_training_table(runs, prefix)
+            out += skipped_negatives_reading(runs, files, POST_PREFIXES[prefix])
             out += heldout_negatives_table(files, POST_PREFIXES[prefix])
     return out
+
+
+def skipped_negatives_reading(runs: list[dict], files: list[dict], dataset: str,
+                              tags: str = "_items_tied_hdistill_guided05") -> list[str]:
+    """What passing over the model's top wrong items did (``sdpo_seq_rank_beam_skip10`` against the same stage
+    with the top 8, ``sdpo_seq_rank_beam``, and their control), every figure from the results files."""
+    by_stage = defaultdict(list)
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by_stage[_stage(r)].append(r)
+    skipped, top, control = (by_stage.get(s + tags) for s in ("sdpo_seq_rank_beam_skip10", "sdpo_seq_rank_beam",
+                                                              "sft_more_nodrop"))
+    if not (skipped and top and control):
+        return []
+    control_of = {r["seed"]: r for r in control}
+    if any(r["seed"] not in control_of for r in skipped):
+        return []
+
+    def ndcg(stage_runs: list[dict]) -> str:
+        return _cell([r["metrics"]["test"]["ndcg@10"] for r in stage_runs])
+
+    def stat(stage_runs: list[dict], key: str) -> float:
+        return statistics.mean(r["align"]["tested_weights_on_training_examples"][key] for r in stage_runs)
+
+    def heldout(stage_runs: list[dict]) -> str:
+        names = {f"{_stage(r)}-{r['seed']}" for r in stage_runs}
+        shares = [row["examples_rejecting_either"] for f in files if f.get("kind") == "negatives_heldout"
+                  for row in f["runs"] if Path(row["run"]).name in names and row["dataset"]["dataset"] == dataset]
+        return f"{min(shares):.1%}-{max(shares):.1%}" if shares else "not measured"
+
+    changes = [r["metrics"]["test"]["ndcg@10"] / control_of[r["seed"]]["metrics"]["test"]["ndcg@10"] - 1
+               for r in skipped]
+    mean = statistics.mean(changes)
+    skip = skipped[0]["config"]["align"]["beam_skip"]
+    k = skipped[0]["config"]["align"]["num_negatives"]
+    return [f"Passing over the model's top wrong items (`sdpo_seq_rank_beam_skip10`: `align.beam_skip={skip}`, the "
+            f"wrong items it ranks {skip + 1}-{skip + k} rejected instead of 1-{k}, everything else as "
+            f"`sdpo_seq_rank_beam`), {len(skipped)} seeds: test NDCG@10 {ndcg(skipped)} against its control's "
+            f"{ndcg(control)} (per seed {', '.join(f'{c:+.1%}' for c in changes)}; mean {mean:+.1%}, "
+            f"{'at or above' if mean >= GOAL_SDPO else 'below'} the {GOAL_SDPO:+.0%} goal), and {ndcg(top)} with "
+            f"the top {k}. On the training examples its reward accuracy is {stat(skipped, 'reward_accuracy'):.2f} "
+            f"(top {k}: {stat(top, 'reward_accuracy'):.2f}) and the rejected items' log-ratio "
+            f"{stat(skipped, 'rejected_log_ratio'):+.2f} nats ({stat(top, 'rejected_log_ratio'):+.2f}); "
+            f"{heldout(skipped)} of its examples reject the user's own validation or test target "
+            f"({heldout(top)} with the top {k}; the held-out table below).", ""]
 
 
 def heldout_negatives_table(files: list[dict], dataset: str) -> list[str]:
@@ -921,11 +968,19 @@ def heldout_negatives_table(files: list[dict], dataset: str) -> list[str]:
            "| stage run | negatives | seed | examples | validation target | test target | either | of rejected items |",
            "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        out.append(f"| `{Path(row['run']).name}` | {row['negatives_per_example']} {row['negatives']} | {row['seed']} | "
+        source = {"num_negatives": row["negatives_per_example"], "negatives": row["negatives"],
+                  "beam_skip": row.get("beam_skip", 0)}
+        out.append(f"| `{Path(row['run']).name}` | {_negatives_label(source)} | {row['seed']} | "
                    f"{row['examples']:,} | {row['examples_rejecting_valid_target']:.2%} | "
                    f"{row['examples_rejecting_test_target']:.2%} | {row['examples_rejecting_either']:.2%} | "
                    f"{row['rejected_items_that_are_heldout_targets']:.3%} |")
     return out + [""]
+
+
+def _negatives_label(align: dict) -> str:
+    """An alignment stage's ``align`` settings -> its negatives in words: ``8 beam``, ``8 beam from rank 11``."""
+    skip = align.get("beam_skip", 0)
+    return f"{align['num_negatives']} {align['negatives']}" + (f" from rank {skip + 1}" if skip else "")
 
 
 def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
@@ -1022,7 +1077,8 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
         for stage, stage_runs in aligned:
             a = stage_runs[0]["align"]
             stats = [r["align"]["tested_weights_on_training_examples"] for r in stage_runs]
-            out.append(f"| {_stage_label(stage)} | {a['beta']:g} | {a['num_negatives']} {a['negatives']} | "
+            settings = {**stage_runs[0]["config"]["align"], **a}  # beam_skip: in the config of older runs' files
+            out.append(f"| {_stage_label(stage)} | {a['beta']:g} | {_negatives_label(settings)} | "
                        f"{a.get('positions', 'last')} | " +
                        " | ".join(f"{statistics.mean(s[k] for s in stats):+.4f}" for k in keys) + " |")
         out.append("")

@@ -70,7 +70,7 @@ def run_hits(run_dir: str) -> dict:
     valid, test = heldout_targets(data)
     hits = heldout_hits(preferences["negatives"].numpy()[keys], users, valid, test)
     return {"run": str(run_dir), "dataset": datamodule.data.summary(), "negatives": cfg.align.negatives,
-            "seed": int(cfg.seed), **hits}
+            "beam_skip": int(cfg.align.get("beam_skip", 0)), "seed": int(cfg.seed), **hits}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,13 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from genrec.dist.checkpoint import read_meta
 from genrec.errors import DataError
-from genrec.tokenize.sid_table import PAD_CODE, SIDTable
+from tests.generative.helpers import tiny_sid_table
 
 #: 300 users, batches of 32: 10 training steps per epoch (SASRec, HSTU), 8 epochs (no early stopping: the kill must
 #: land while the run trains, and tiny models train fast); last.ckpt every 4 steps and after every epoch
@@ -114,18 +113,8 @@ def _assert_same_run(reference: Path, resumed: Path, resumed_from_step: int) -> 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A folder with the data cache and a SID table of the tiny dataset's items (random codes, 8 x 8 x 4)."""
-    from hydra import compose, initialize_config_module
-
-    from genrec.data.datamodule import load_dataset
-
     tmp = tmp_path_factory.mktemp("resume")
-    with initialize_config_module("genrec.conf", version_base="1.3"):
-        cfg = compose("train", overrides=BASE + [f"data.cache_dir={tmp / 'cache'}"])
-    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
-    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
-    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
-    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids,
-             dataset=data.name).save(tmp / "sid")
+    tiny_sid_table(tmp / "sid", cache_dir=tmp / "cache")
     return tmp
 
 

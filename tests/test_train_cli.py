@@ -106,6 +106,18 @@ def test_time_split_run_records_its_protocol_and_eval_reproduces_it(tmp_path):
     details = metrics["protocol"]["split_details"]
     assert metrics["protocol"]["split"].startswith("global temporal") and details["kind"] == "time"
     assert 0 < details["users_evaluated"]["test"] < metrics["dataset"]["users"]
+    assert metrics["protocol"]["users_scored"] == details["users_evaluated"]
     assert details["valid_from_time"] < details["test_from_time"]
     assert set(metrics["baselines"]) == {"most_popular", "transitions", "transitions_last3_skip"}
     assert out["models"]["sasrec"]["metrics"]["test"] == pytest.approx(metrics["metrics"]["test"], abs=1e-6)
+
+
+def test_a_run_tested_on_some_batches_records_and_says_how_many_users_it_tested(tmp_path, capsys):
+    cfg = compose_config("train", TINY + ["data.eval_batch_size=64", "+trainer.limit_test_batches=1",
+                                          f"data.cache_dir={tmp_path / 'cache'}"])
+    metrics = train_entry.run(cfg, tmp_path / "run")
+    with_target, scored = metrics["protocol"]["split_details"]["users_evaluated"], metrics["protocol"]["users_scored"]
+    assert scored["valid"] == with_target["valid"] and 0 < scored["test"] <= 64 < with_target["test"]
+    out = capsys.readouterr().out
+    assert f"sasrec was tested on {scored['test']} of the {with_target['test']} users with a test target" in out
+    assert f"({scored['test']} of {metrics['dataset']['users']} users tested" in out

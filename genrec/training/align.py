@@ -418,7 +418,7 @@ class AlignTask(GenerativeTask):
         a = self.align
         return {**super().run_info(),
                 "align": {"loss": a.loss, "beta": a.beta, "num_negatives": a.num_negatives, "negatives": a.negatives,
-                          "sft_weight": a.sft_weight, "sft_target": a.sft_target,
+                          "beam_skip": a.beam_skip, "sft_weight": a.sft_weight, "sft_target": a.sft_target,
                           "disable_dropout": a.disable_dropout, "positions": a.positions, "score": a.score,
                           "examples": ("one per training user: prompt = training part minus its last item, chosen = "
                                        "that item" if a.positions == "last" else

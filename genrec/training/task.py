@@ -64,6 +64,9 @@ class RecommenderTask(L.LightningModule):
         self.schedule = schedule
         self.evaluator = Evaluator(tuple(ks), exclude_history)
         self._scorer: Scorer | None = None
+        #: users scored by the last pass of each split ("val", "test"), summed over processes: fewer than the split
+        #: has when the trainer limits its batches (``trainer.limit_test_batches``)
+        self.users_scored: dict[str, int] = {}
 
     # ---- what a task provides ------------------------------------------------------------------------------------
 
@@ -145,6 +148,7 @@ class RecommenderTask(L.LightningModule):
 
     def _eval_epoch_end(self, prefix: str) -> None:
         self.evaluator.metrics.merge(self._sum_over_processes)  # exact totals over every user of every process
+        self.users_scored[prefix] = self.evaluator.metrics.count
         metrics = {**self.evaluator.compute(), **self.eval_extras(self._sum_over_processes)}
         for name, value in metrics.items():
             # already the value over all processes (identical everywhere): "max" keeps it exact

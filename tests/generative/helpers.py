@@ -29,10 +29,10 @@ def make_table(num_items: int = 40, sizes: tuple[int, ...] = (4, 5, 3), seed: in
     return SIDTable(np.vstack([np.full((1, len(sizes)), PAD_CODE), codes]), sizes, raw, dataset="toy")
 
 
-def tiny_sid_table(folder: Path) -> Path:
+def tiny_sid_table(folder: Path, cache_dir: Path | None = None) -> Path:
     """A random SID table (3 levels of 8 x 8 x 4 codes) for the items of the ``TINY`` dataset, saved in ``folder``
-    (the dataset cached in ``folder / "cache"``)."""
-    cfg = compose_config("train", TINY + [f"data.cache_dir={folder / 'cache'}"])
+    (the dataset cached in ``cache_dir``, by default ``folder / "cache"``)."""
+    cfg = compose_config("train", TINY + [f"data.cache_dir={cache_dir or folder / 'cache'}"])
     data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
     every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
     codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]

@@ -28,7 +28,7 @@ from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
 from genrec.training.generative import GenerativeTask
 from tests.conftest import TINY_RUN, load_script
-from tests.generative.helpers import one_thread
+from tests.generative.helpers import one_thread, tiny_sid_table
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_thread)
 
@@ -76,12 +76,7 @@ def test_preference_losses_hand_checked():
 def workdir(tmp_path_factory):
     """The tiny dataset's cache and a SID table of its items (random codes 8 x 8 x 4)."""
     tmp = tmp_path_factory.mktemp("post")
-    cfg = _compose(DATA + [f"data.cache_dir={tmp / 'cache'}"])
-    data = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir)
-    every = np.array(np.meshgrid(*[np.arange(k) for k in (8, 8, 4)], indexing="ij")).reshape(3, -1).T
-    codes = every[np.random.default_rng(0).choice(len(every), data.num_items, replace=False)]
-    SIDTable(np.vstack([np.full((1, 3), PAD_CODE), codes]), (8, 8, 4), data.item_raw_ids,
-             dataset=data.name).save(tmp / "sid")
+    tiny_sid_table(tmp / "sid", cache_dir=tmp / "cache")
     return tmp
 
 
