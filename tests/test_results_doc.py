@@ -117,3 +117,28 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
     assert doc._ranking_label({"rank": "guided", "beam": 50, "top_k": 50}) == (
         "the beam steered by the item head (each prefix by code log-probability + the head's mass under it) "
         "(beam 50, top-k 50)")
+
+
+def test_the_skipped_negatives_reading_takes_its_figures_from_the_files():
+    doc = load_script("make_results_doc")
+    tags = "_items_tied_hdistill_guided05"
+
+    def run(stage: str, seed: int, ndcg: float, accuracy: float = 0.5, rejected: float = -1.0) -> dict:
+        stats = {"reward_accuracy": accuracy, "rejected_log_ratio": rejected}
+        return {"name": f"beauty_post_{stage}{tags}_seed{seed}", "seed": seed,
+                "config": {"align": {"beam_skip": 10, "num_negatives": 8}},
+                "align": {"tested_weights_on_training_examples": stats}, "metrics": {"test": {"ndcg@10": ndcg}}}
+
+    runs = [run("sft_more_nodrop", 0, 0.050), run("sft_more_nodrop", 1, 0.040),
+            run("sdpo_seq_rank_beam", 0, 0.045, 0.8, -2.0), run("sdpo_seq_rank_beam", 1, 0.036, 0.6, -3.0),
+            run("sdpo_seq_rank_beam_skip10", 0, 0.051, 0.7, -1.0), run("sdpo_seq_rank_beam_skip10", 1, 0.0396)]
+    heldout = {"kind": "negatives_heldout", "runs": [
+        {"run": f"/r/sdpo_seq_rank_beam_skip10{tags}-{s}", "dataset": {"dataset": "beauty"},
+         "examples_rejecting_either": share} for s, share in ((0, 0.05), (1, 0.06))]}
+    text, _ = doc.skipped_negatives_reading(runs, [heldout], "beauty")
+    # +2.0% and -1.0% against the control of the same seed; accuracy (0.7 + 0.5) / 2, top 8 (0.8 + 0.6) / 2
+    assert "ranks 11-18" in text and "(per seed +2.0%, -1.0%; mean +0.5%, below the +5% goal)" in text
+    assert "reward accuracy is 0.60 (top 8: 0.70)" in text and "log-ratio -1.00 nats (-2.50)" in text
+    assert "5.0%-6.0% of its examples" in text and "(not measured with the top 8" in text
+    assert "recovers what the top ones cost" in text
+    assert doc.skipped_negatives_reading(runs[:4], [heldout], "beauty") == []  # no skip arm: no paragraph
