@@ -897,6 +897,14 @@ def _against_control(by_stage: dict[str, list[dict]], control_stage: str,
     return lines
 
 
+def _runs_by_stage(runs: list[dict]) -> dict[str, list[dict]]:
+    """Post-training results -> their stage name (with its tags) -> its runs, by seed."""
+    by_stage = defaultdict(list)
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        by_stage[_stage(r)].append(r)
+    return by_stage
+
+
 def post_training_tables(files: list[dict]) -> list[str]:
     """Post-training stages of the SID generator against their control (scripts/reproduce_post_training.sh), one
     section per dataset it ran on."""
@@ -914,9 +922,7 @@ def skipped_negatives_reading(runs: list[dict], files: list[dict], dataset: str,
                               tags: str = "_items_tied_hdistill_guided05") -> list[str]:
     """What passing over the model's top wrong items did (``sdpo_seq_rank_beam_skip10`` against the same stage
     with the top 8, ``sdpo_seq_rank_beam``, and their control), every figure from the results files."""
-    by_stage = defaultdict(list)
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        by_stage[_stage(r)].append(r)
+    by_stage = _runs_by_stage(runs)
     skipped, top, control = (by_stage.get(s + tags) for s in ("sdpo_seq_rank_beam_skip10", "sdpo_seq_rank_beam",
                                                               "sft_more_nodrop"))
     if not (skipped and top and control):
@@ -996,9 +1002,7 @@ def _negatives_label(align: dict) -> str:
 
 
 def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
-    by_stage = defaultdict(list)
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        by_stage[_stage(r)].append(r)
+    by_stage = _runs_by_stage(runs)
     first = (by_stage.get("sft") or runs)[0]
     summary, config = first["dataset"], first["config"]
     if any(r["dataset"] != summary for r in runs):
