@@ -2,15 +2,17 @@
 # Issue 16's GPU recipe, run once on a lent GPU (one H200 here), as one script that checks and times everything:
 # 1. the machine: nvidia-smi, the versions of torch, triton and lightning;
 # 2. correctness on the GPU, against the PyTorch reference: the Triton/CUDA kernels (tests/kernels, bf16 too) and
-#    compiled vs eager training steps of the generators (tests/generative/test_gpu_recipe.py, CUDA cases);
+#    compiled vs eager training steps of the generators (tests/generative/test_gpu_recipe.py, CUDA cases); pytest's
+#    JUnit XML becomes results/gpu_tests.json (scripts/record_gpu_tests.py);
 # 3. recipe=gpu (bf16-mixed, batches of 1,024 bucketed by length, warm-up) on Amazon Beauty, seed 0,
-#    three trainings side by side on the one GPU (each slowed by the others: their times are upper bounds):
+#    three trainings side by side on the one GPU, beside the tests (each slowed by the others: their times are
+#    upper bounds):
 #    - the best generator measured on CPU: the decoder-only SID generator with the item head tied to the item
-#      inputs, distilled from the SASRec teacher into codes and head, ranked by rank=guided at code weight 0, with
-#      compile=true on top of the recipe (the recipe's choice when it first ran)
-#      -> results/beauty_sid_gpt_items_tied_hdistill_gpu_seed0.json;
-#    - the same with compile=false (the recipe's default since that run) -> ..._gpu_eager_seed0.json;
-#    - TIGER on the same semantic IDs (compile=true, as first run) -> results/beauty_tiger_gpu_seed0.json.
+#      inputs, distilled from the SASRec teacher into codes and head, ranked by rank=guided at code weight 0,
+#      with compile=false (the recipe's default) -> results/beauty_sid_gpt_items_tied_hdistill_gpu_eager_seed0.json;
+#    - the same with compile=true -> ..._gpu_seed0.json;
+#    - TIGER on the same semantic IDs, compile=false -> results/beauty_tiger_gpu_eager_seed0.json (its compile=true
+#      run, results/beauty_tiger_gpu_seed0.json, was the first run's).
 # Needs: SID_TABLE (the collaborative SID table, scripts/reproduce_post_training.sh DATASET=beauty: $RUNS/sid),
 # TEACHER (the SASRec run it was made from: $RUNS/teacher), the dataset in $GENREC_DATA_DIR. TRAIN_MINUTES (default
 # 10, the recipe's cap) bounds each training; VAL_EVERY (default 4) validates every that many epochs (a guided beam
@@ -18,13 +20,14 @@
 # time cap or early stopping end the runs. Logs and results also go to $OUT when it is set. A copy of the checkout
 # (the device tool's) sets GENREC_COMMIT to its commit: its .git can be stale. GPU=0 runs the same code path on the
 # CPU with tiny limits (a dry run of this script), its results files in $RUNS/results, not results/.
-# How it ran on the device tool's H200 (2026-12-04; its image has torch 2.11 + CUDA 13, Lightning, transformers):
-# the packages genrec imports that the image lacks, unpacked here into one folder carried with the tree and put on
-# PYTHONPATH with the checkout and kernels/: hydra-core 1.3.8, omegaconf 2.3.1, antlr4-python3-runtime 4.9.3,
-# torchrec 1.6.1 with fbgemm-gpu-cpu 1.6.0 (the release paired with torch 2.11; its CPU build, since the CUDA one
-# is gigabytes: the unsharded tables of one process call no fbgemm operator), tensordict 0.15.3, pyvers 0.2.3,
-# polars 2.1.0; the Beauty files, the SID table and the teacher run carried too (the teacher's config.yaml with its
-# data paths pointed at the carried files), then
+# How it runs on the device tool's H200 (its image has torch 2.11 + CUDA 13, Lightning, transformers, pytest with
+# pytest-timeout and hypothesis): the packages genrec imports that the image lacks, unpacked here into one folder
+# carried with the tree and put on PYTHONPATH with the checkout and kernels/: hydra-core 1.3.8, omegaconf 2.3.1,
+# antlr4-python3-runtime 4.9.3, torchrec 1.6.1 with fbgemm-gpu-cpu 1.6.0 (the release paired with torch 2.11; its
+# CPU build, since the CUDA one is gigabytes: the unsharded tables of one process call no fbgemm operator, and the
+# HSTU kernel test then runs its fbgemm reference on the CPU), tensordict 0.15.3, pyvers 0.2.3, polars 2.1.0 with
+# polars-runtime-32; the Beauty files, the SID table and the teacher run carried too (the teacher's config.yaml with
+# its data paths pointed at the carried files), then
 #   GENREC_COMMIT=<sha> SID_TABLE=<sid> TEACHER=<teacher> TRAIN_MINUTES=5 bash scripts/gpu_recipe_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,17 +71,22 @@ train() {  # name, overrides...: one training, its log kept beside the results
 }
 
 echo "== recipe=gpu trainings (side by side, ${MINUTES} min cap each)"
-train beauty_sid_gpt_items_tied_hdistill_gpu_seed0 "${GENERATOR[@]}" compile=true &
 train beauty_sid_gpt_items_tied_hdistill_gpu_eager_seed0 "${GENERATOR[@]}" compile=false &
-train beauty_tiger_gpu_seed0 experiment=beauty_tiger compile=true &
+train beauty_sid_gpt_items_tied_hdistill_gpu_seed0 "${GENERATOR[@]}" compile=true &
+train beauty_tiger_gpu_eager_seed0 experiment=beauty_tiger compile=false &
 
-echo "== correctness on the device (beside the trainings' start-up)"
+echo "== correctness on the device (beside the trainings)"
 if [ "${GPU:-1}" = 1 ]; then
-  # the first run (timeout 150) printed nothing before its timeout: -v shows how far it gets
-  timeout 240 "$PY" -m pytest -v -p no:cacheprovider tests/kernels/test_kernels.py \
+  # unbuffered, with a per-test limit: an earlier run killed by its overall timeout had printed nothing at all
+  PYTHONUNBUFFERED=1 timeout 300 "$PY" -m pytest -v -rA -p no:cacheprovider --timeout=150 \
+    --junitxml="$RUNS/gpu_tests.xml" tests/kernels/test_kernels.py \
     "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[sid_gpt-cuda]" \
-    "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[tiger-cuda]" 2>&1 \
-    | tee "$OUT/gpu_tests.log" | tail -n 15
+    "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[tiger-cuda]" \
+    > "$OUT/gpu_tests.log" 2>&1
+  echo "pytest: exit $?"
+  tail -n 25 "$OUT/gpu_tests.log"
+  "$PY" scripts/record_gpu_tests.py "$RUNS/gpu_tests.xml" --out "$RESULTS/gpu_tests.json" && \
+    cp "$RESULTS/gpu_tests.json" "$OUT/"
 fi
 wait
 echo "== done"

@@ -1422,11 +1422,11 @@ def gpu_recipe_tables(files: list[dict]) -> list[str]:
            f"`scripts/gpu_recipe_check.sh`, seed 0, torch {first['environment']['torch']}: "
            f"{c['trainer']['precision']}, batches of {c['data']['batch_size']} sequences bucketed by length, "
            f"lr {c['optim']['lr']:g} after {c['optim']['warmup_steps']} warm-up steps, validation every "
-           f"{c['trainer']['check_val_every_n_epoch']} epochs, a {c['trainer']['max_time']} cap (early stopping "
-           f"after {c['callbacks']['early_stopping']['patience']} validations without gain). The "
-           f"{len(gpu)} runs trained side by side on the one GPU, each slowed by the others, so their times are upper "
-           "bounds. Test split, best validation checkpoint; the baselines are genrec's, in the same protocol.", "",
-           "| run | " + " | ".join(COLUMNS) + " | invalid | epochs (best), train time | step (median) | "
+           f"{c['trainer']['check_val_every_n_epoch']} epochs, the time cap in each row (early stopping "
+           f"after {c['callbacks']['early_stopping']['patience']} validations without gain). The runs of one commit "
+           "trained side by side on the one GPU, each slowed by the others, so their times are upper bounds. Test "
+           "split, best validation checkpoint; the baselines are genrec's, in the same protocol.", "",
+           "| run | " + " | ".join(COLUMNS) + " | invalid | epochs (best), train time of the cap | step (median) | "
            "GPU use | source |", "|---|" + "---|" * (len(COLUMNS) + 5)]
     for r in sorted(gpu, key=lambda r: r["name"]):
         t, g, sids = r["telemetry"], r["telemetry"].get("gpu", {}), r["sid_table"]
@@ -1438,7 +1438,8 @@ def gpu_recipe_tables(files: list[dict]) -> list[str]:
         speed = f"{t['step_ms']['median']:.0f} ms (mean {t['step_ms']['mean']:.0f})"
         memory = (f"{g['util_pct_mean']:.0f}% util, {g['cuda_max_allocated_gib']:.1f} GiB peak"
                   if g else "–")
-        budget = f"{r['epochs_run']} ({r['best_epoch']}), {r['train_seconds']:.0f} s"
+        hours, minutes = (int(part) for part in r["config"]["trainer"]["max_time"].split(":")[1:3])
+        budget = f"{r['epochs_run']} ({r['best_epoch']}), {r['train_seconds']:.0f} s of {60 * hours + minutes} min"
         out.append(_gpu_row(label, [r["metrics"]["test"]], budget, speed, memory, f"`results/{r['name']}.json`"))
     for model in GPU_CPU_REFERENCES:
         row = _cpu_reference(files, model)
@@ -1453,7 +1454,25 @@ def gpu_recipe_tables(files: list[dict]) -> list[str]:
                    " | – | – | – | published, not measured here |")
     notes = sorted({r["commit_note"] for r in gpu if "commit_note" in r})
     out += ["", f"Commits: {_commits(gpu)}" + (f" ({'; '.join(notes)})" if notes else "") + ".", ""]
-    return out + _gpu_findings(gpu, files)
+    return out + _gpu_findings(gpu, files) + gpu_tests_table(files)
+
+
+def gpu_tests_table(files: list[dict]) -> list[str]:
+    """The correctness tests run on the GPU (scripts/record_gpu_tests.py): each test's outcome and seconds."""
+    out = []
+    for r in (f for f in files if f.get("kind") == "gpu_tests"):
+        v = r["versions"]
+        out += [f"### Correctness on the GPU (`results/{r['name']}.json`)", "",
+                f"tests/kernels (Triton and CUDA kernels against their PyTorch references, outputs and gradients) and "
+                f"compiled vs eager training steps on CUDA, run by scripts/gpu_recipe_check.sh on one "
+                f"{r['environment']['cuda']}: torch {v['torch']} (CUDA {v['cuda']}), triton {v['triton']}, commit "
+                f"{_commits([r])}. " + ", ".join(f"{n} {k}" for k, n in r["summary"].items() if n) + ".", "",
+                "| test | outcome | seconds |", "|---|---|---|"]
+        out += [f"| `{t['test'].split('::')[-1]}` | {t['outcome']}"
+                + (f": {t['message'].replace('|', '/')}" if t["message"] else "") + f" | {t['seconds']:.1f} |"
+                for t in r["tests"]]
+        out.append("")
+    return out
 
 
 def _gpu_findings(gpu: list[dict], files: list[dict]) -> list[str]:
@@ -1464,18 +1483,28 @@ def _gpu_findings(gpu: list[dict], files: list[dict]) -> list[str]:
     out = []
     by_compile = {}
     for r in gpu:
-        by_compile.setdefault((r["model"], r["steps_run"], bool(r.get("distill"))), {})[r["config"]["compile"]] = r
-    for (model, steps, _), pair in by_compile.items():
-        if set(pair) == {True, False}:
-            on, off = pair[True], pair[False]
-            ratio = on["telemetry"]["step_ms"]["median"] / off["telemetry"]["step_ms"]["median"]
-            out.append(f"- **compile:** {model} with `compile=true` ran the same {steps} steps in "
+        key = (r["model"], bool(r.get("distill")), r["config"]["trainer"]["max_time"])
+        by_compile.setdefault(key, {})[r["config"]["compile"]] = r
+    for (model, _, cap), pair in by_compile.items():
+        if set(pair) != {True, False}:
+            continue
+        on, off = pair[True], pair[False]
+        ratio = on["telemetry"]["step_ms"]["median"] / off["telemetry"]["step_ms"]["median"]
+        if on["steps_run"] == off["steps_run"]:
+            out.append(f"- **compile:** {model} with `compile=true` ran the same {on['steps_run']} steps in "
                        f"{on['train_seconds']:.0f} s against {off['train_seconds']:.0f} s eager "
                        f"({on['train_seconds'] / off['train_seconds']:.1f}x), its median step {ratio:.2f}x the "
-                       f"eager one, for the same test NDCG@10 ({ndcg(on):.4f} vs {ndcg(off):.4f}). On the GPU, torch "
-                       "warned that the compiled SASRec stack breaks its graph where it reads the longest sequence "
-                       "(`int(...max())`, genrec/models/sasrec.py); `recipe=gpu` therefore leaves `compile` off "
-                       "(`compile=true` still turns it on) until that break is gone and compile measured again.")
+                       f"eager one, for test NDCG@10 {ndcg(on):.4f} vs {ndcg(off):.4f} eager.")
+        else:
+            out.append(f"- **compile:** {model} under the same {cap} cap ran {on['steps_run']} steps with "
+                       f"`compile=true` (commit {_commits([on])}) against {off['steps_run']} eager ({_commits([off])}),"
+                       f" its median step {ratio:.2f}x the eager one, for test NDCG@10 {ndcg(on):.4f} vs "
+                       f"{ndcg(off):.4f} eager.")
+    if any(set(pair) == {True, False} for pair in by_compile.values()):
+        out.append("- **compile, why it is off by default:** on the GPU, torch warned that the compiled SASRec stack "
+                   "breaks its graph where it reads the longest sequence (`int(...max())`, genrec/models/sasrec.py);"
+                   " `recipe=gpu` leaves `compile` off (`compile=true` still turns it on) until that break is gone "
+                   "and compile measured again.")
     published = {name.split(" (")[0].lower(): m for name, m in PUBLISHED.get(gpu[0]["dataset"]["dataset"], {}).items()}
     for r in sorted(gpu, key=lambda r: r["name"]):
         if r["config"]["compile"] and any(not o["config"]["compile"] and o["model"] == r["model"] for o in gpu):

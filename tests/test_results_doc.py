@@ -1,4 +1,6 @@
 """scripts/make_results_doc.py: the pieces that decide which results share a row."""
+import pytest
+
 from tests.conftest import load_script
 
 
@@ -142,3 +144,43 @@ def test_the_skipped_negatives_reading_takes_its_figures_from_the_files():
     assert "5.0%-6.0% of its examples" in text and "(not measured with the top 8" in text
     assert "recovers what the top ones cost" in text
     assert doc.skipped_negatives_reading(runs[:4], [heldout], "beauty") == []  # no skip arm: no paragraph
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
+<testcase classname="tests.kernels.test_kernels" name="test_a" time="1.234"/>
+<testcase classname="tests.kernels.test_kernels" name="test_b[cuda]" time="2.0">
+  <failure message="assert 1 == 2">long traceback</failure></testcase>
+<testcase classname="tests.generative.test_gpu_recipe" name="test_c" time="0.5">
+  <skipped type="pytest.skip" message="no nvcc on this machine"/></testcase>
+<testcase classname="tests.generative.test_gpu_recipe" name="test_d" time="0.1">
+  <error message="fixture failed | badly"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_gpu_test_outcomes_are_read_from_pytests_junit_file_and_shown_per_test(tmp_path):
+    record, doc = load_script("record_gpu_tests"), load_script("make_results_doc")
+    (tmp_path / "tests.xml").write_text(JUNIT)
+    tests = record.read_junit(tmp_path / "tests.xml")
+    assert [(t["test"], t["outcome"], t["seconds"], t["message"]) for t in tests] == [
+        ("tests/kernels/test_kernels.py::test_a", "passed", 1.23, ""),
+        ("tests/kernels/test_kernels.py::test_b[cuda]", "failed", 2.0, "assert 1 == 2"),
+        ("tests/generative/test_gpu_recipe.py::test_c", "skipped", 0.5, "no nvcc on this machine"),
+        ("tests/generative/test_gpu_recipe.py::test_d", "error", 0.1, "fixture failed | badly")]
+    results = {"name": "gpu_tests", "kind": "gpu_tests", "commit": "0123456789abcdef (named by GENREC_COMMIT)",
+               "environment": {"cuda": "NVIDIA H200"}, "summary": {"passed": 1, "failed": 1, "error": 1, "skipped": 1},
+               "versions": {"torch": "2.11.0+cu130", "cuda": "13.0", "triton": "3.6.0"}, "tests": tests}
+    lines = doc.gpu_tests_table([results])
+    assert "one NVIDIA H200: torch 2.11.0+cu130 (CUDA 13.0), triton 3.6.0, commit `0123456789ab`." in lines[2]
+    assert "1 passed, 1 failed, 1 error, 1 skipped." in lines[2]
+    assert lines[6:] == ["| `test_a` | passed | 1.2 |", "| `test_b[cuda]` | failed: assert 1 == 2 | 2.0 |",
+                         "| `test_c` | skipped: no nvcc on this machine | 0.5 |",
+                         "| `test_d` | error: fixture failed / badly | 0.1 |", ""]
+
+
+def test_a_junit_file_without_test_cases_is_a_clear_error(tmp_path):
+    record = load_script("record_gpu_tests")
+    (tmp_path / "empty.xml").write_text("<testsuites><testsuite name='pytest' tests='0'/></testsuites>")
+    (tmp_path / "broken.xml").write_text("<testsuites>")
+    for name, expected in (("empty.xml", "no <testcase> elements"), ("broken.xml", "not a readable JUnit XML")):
+        with pytest.raises(SystemExit, match=f"{name}: {expected}"):
+            record.read_junit(tmp_path / name)
