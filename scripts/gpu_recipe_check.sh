@@ -77,8 +77,9 @@ train beauty_tiger_gpu_eager_seed0 experiment=beauty_tiger compile=false &
 
 echo "== correctness on the device (beside the trainings)"
 if [ "${GPU:-1}" = 1 ]; then
-  # unbuffered, with a per-test limit: an earlier run killed by its overall timeout had printed nothing at all
-  PYTHONUNBUFFERED=1 timeout 300 "$PY" -m pytest -v -rA -p no:cacheprovider --timeout=150 \
+  # unbuffered, with a per-test limit (the first CUDA jagged test builds the CUDA extension, about a minute): an
+  # earlier run killed by its overall timeout had printed nothing at all
+  PYTHONUNBUFFERED=1 timeout 420 "$PY" -m pytest -v -rA -p no:cacheprovider --timeout=240 \
     --junitxml="$RUNS/gpu_tests.xml" tests/kernels/test_kernels.py \
     "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[sid_gpt-cuda]" \
     "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[tiger-cuda]" \
