@@ -20,15 +20,10 @@
 # time cap or early stopping end the runs. Logs and results also go to $OUT when it is set. A copy of the checkout
 # (the device tool's) sets GENREC_COMMIT to its commit: its .git can be stale. GPU=0 runs the same code path on the
 # CPU with tiny limits (a dry run of this script), its results files in $RUNS/results, not results/.
-# How it runs on the device tool's H200 (its image has torch 2.11 + CUDA 13, Lightning, transformers, pytest with
-# pytest-timeout and hypothesis): the packages genrec imports that the image lacks, unpacked here into one folder
-# carried with the tree and put on PYTHONPATH with the checkout and kernels/: hydra-core 1.3.8, omegaconf 2.3.1,
-# antlr4-python3-runtime 4.9.3, torchrec 1.6.1 with fbgemm-gpu-cpu 1.6.0 (the release paired with torch 2.11; its
-# CPU build, since the CUDA one is gigabytes: the unsharded tables of one process call no fbgemm operator, and the
-# HSTU kernel test then runs its fbgemm reference on the CPU), tensordict 0.15.3, pyvers 0.2.3, polars 2.1.0 with
-# polars-runtime-32; the Beauty files, the SID table and the teacher run carried too (the teacher's config.yaml with
-# its data paths pointed at the carried files), then
-#   GENREC_COMMIT=<sha> SID_TABLE=<sid> TEACHER=<teacher> TRAIN_MINUTES=5 bash scripts/gpu_recipe_check.sh
+# How it runs on the device tool's H200 (its image has torch 2.11 + CUDA 13, Lightning, transformers, pytest; the
+# rest of genrec's imports, the data, the SID table and the teacher travel as one folder built by
+# scripts/pack_gpu_bundle.sh, whose header gives the commands run there), in short:
+#   GENREC_COMMIT=<sha> SID_TABLE=.gpu/sid TEACHER=.gpu/teacher TRAIN_MINUTES=5 bash scripts/gpu_recipe_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

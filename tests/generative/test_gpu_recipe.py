@@ -5,6 +5,8 @@ generator end to end; the recipe itself leaves compile off; unsupported combinat
 named."""
 import copy
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,3 +92,13 @@ def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):
     assert 0.0 <= metrics["metrics"]["test"]["ndcg@10"] <= 1.0 and metrics["steps_run"] > 0
     weights = torch.load(tmp_path / "run" / metrics["checkpoints"]["best"]["file"], weights_only=False)["state_dict"]
     assert not any("_orig_mod" in name for name in weights)
+
+
+def test_the_gpu_bundle_names_a_missing_input_before_downloading_anything(tmp_path):
+    """scripts/pack_gpu_bundle.sh checks its inputs first: a missing SID table is named, nothing is written."""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(["bash", str(root / "scripts" / "pack_gpu_bundle.sh")], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "SID_TABLE": str(tmp_path / "no-sid"),
+                                 "TEACHER": str(tmp_path / "no-teacher"), "DEST": str(tmp_path / "bundle")})
+    assert result.returncode == 2 and f"{tmp_path / 'no-sid'}/sid_table.parquet is missing" in result.stderr
+    assert not (tmp_path / "bundle").exists()
