@@ -1285,8 +1285,8 @@ DIAGNOSIS_NOTES = [
     "steered by the item head's mass under each prefix (`model.decoding.rank=guided`) closes that: 0.0569 ± 0.0004 "
     "over 3 seeds with the head alone scoring (+13.8% over the best baseline), 0.0524 ± 0.0011 with the codes' "
     "log-probability at half weight (+4.8%), 0.0485 at full weight (-3.0%); the ranking comparison below says what "
-    "that means. On one H200 (`recipe=gpu`, the GPU recipe section) the same model reached 0.0554 after 64 s of "
-    "training, early-stopped at batches of 1,024 and lr 2e-3 (one seed). Not measured: semantic IDs whose first "
+    "that means. On one H200 (`recipe=gpu`: batches of 1,024, lr 2e-3, one seed) the same model trained to early "
+    "stopping in about a minute; the GPU recipe section gives its figures. Not measured: semantic IDs whose first "
     "levels separate items that follow the same items, and tuned batch size and learning rate on the GPU.",
     "- **Scientific shows the same picture** (SFT seed 0, stopped early at epoch 23: trained to convergence, unlike "
     "the Beauty runs). The wider beam and the renormalised beam change NDCG@10 by at most 1% (0.0560-0.0566). The "
