@@ -83,6 +83,10 @@ class EncoderBackbone(TokenBackbone):
     def forward(self, x: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         return self.encoder(x, offsets)
 
+    def compile(self, *args, **kwargs) -> None:
+        """Compiles the wrapped encoder in place, as its own ``compile`` does it (SASRec: its dense stack)."""
+        self.encoder.compile(*args, **kwargs)
+
 
 class CachedSASRec(EncoderBackbone):
     """genrec's SASRec (pre-norm causal transformer, learned positions) with a KV cache over its own weights.

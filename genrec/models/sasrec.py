@@ -79,6 +79,12 @@ class SASRec(SequenceEncoder):
                                     for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(dim)
 
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` (``compile=true``) in place, of the dense stack :meth:`forward_padded` only: the jagged
+        <-> padded conversion around it stays eager. Its shapes depend on the data (the longest sequence,
+        ``repeat_interleave``), so compiling the whole :meth:`forward` broke the graph 6 times a call."""
+        self.forward_padded = torch.compile(self.forward_padded, *args, **kwargs)
+
     def forward(self, embeddings: torch.Tensor, offsets: torch.Tensor, timestamps: torch.Tensor | None = None,
                 query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
         """``(N, D)`` jagged embeddings -> ``(N, D)`` states; timestamps are not used by SASRec."""
