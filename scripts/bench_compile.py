@@ -6,7 +6,8 @@ One process builds each model from one seed, copies it and compiles the copy's s
 :func:`genrec.training.builders.compile_stacks`), then times whole training steps (loss, backward, AdamW step, loss
 read back) of both on the same batches: the first compiled call (the compile) is timed on its own, then the two
 alternate (eager first in odd rounds, compiled first in even ones) for ``--rounds`` rounds; each figure is the
-median over rounds of each round's median step. The generative presets get a random SID table of the dataset's
+median over rounds of each round's median step. Inductor's on-disk cache goes to a fresh folder per run, so the
+first compiled call is a cold compile (what a new process pays without an earlier run's cache). The generative presets get a random SID table of the dataset's
 items (3 levels of 256 codes, no collisions): the step's cost depends on the table's shape, not on its codes.
 
 Needs the datasets under ``$GENREC_DATA_DIR`` (default ``../shared/data``); a preset whose data is missing is
@@ -18,12 +19,19 @@ skipped with the reason. Usage::
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
+# before torch reads it: compiles of earlier runs (the default cache is shared under /tmp) must not be reused
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_compile_inductor_")
+atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
