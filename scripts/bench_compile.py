@@ -128,8 +128,8 @@ def main() -> None:
                           "rounds": args.rounds, "threads": args.threads, "sid_levels": list(SID_LEVELS),
                           "torch": torch.__version__},
                "rows": rows, "skipped": skipped,
-               "note": "shared 2-core machine (training runs beside it); steps timed alternating in one process, "
-                       "median of round medians", **prov}
+               "note": f"{os.cpu_count()}-core machine; steps timed alternating in one process, median of round "
+                       "medians; the first compiled call is a cold compile (a fresh inductor cache)", **prov}
     write_json(Path(args.out), payload)
     print(f"wrote {args.out}")
 
