@@ -7,8 +7,9 @@ One process builds each model from one seed, copies it and compiles the copy's s
 read back) of both on the same batches: the first compiled call (the compile) is timed on its own, then the two
 alternate (eager first in odd rounds, compiled first in even ones) for ``--rounds`` rounds; each figure is the
 median over rounds of each round's median step. Inductor's on-disk cache goes to a fresh folder per run, so the
-first compiled call is a cold compile (what a new process pays without an earlier run's cache). The generative presets get a random SID table of the dataset's
-items (3 levels of 256 codes, no collisions): the step's cost depends on the table's shape, not on its codes.
+first compiled call is a cold compile (what a new process pays without an earlier run's cache). The generative
+presets get a random SID table of the dataset's items (3 levels of 256 codes, no collisions): the step's cost
+depends on the table's shape, not on its codes.
 
 Needs the datasets under ``$GENREC_DATA_DIR`` (default ``../shared/data``); a preset whose data is missing is
 skipped with the reason. Usage::
