@@ -1485,9 +1485,8 @@ def _gpu_findings(gpu: list[dict], files: list[dict]) -> list[str]:
     for r in gpu:
         key = (r["model"], bool(r.get("distill")), r["config"]["trainer"]["max_time"])
         by_compile.setdefault(key, {})[r["config"]["compile"]] = r
-    for (model, _, cap), pair in by_compile.items():
-        if set(pair) != {True, False}:
-            continue
+    pairs = {key: pair for key, pair in by_compile.items() if set(pair) == {True, False}}
+    for (model, _, cap), pair in pairs.items():
         on, off = pair[True], pair[False]
         ratio = on["telemetry"]["step_ms"]["median"] / off["telemetry"]["step_ms"]["median"]
         if on["steps_run"] == off["steps_run"]:
@@ -1500,7 +1499,7 @@ def _gpu_findings(gpu: list[dict], files: list[dict]) -> list[str]:
                        f"`compile=true` (commit {_commits([on])}) against {off['steps_run']} eager ({_commits([off])}),"
                        f" its median step {ratio:.2f}x the eager one, for test NDCG@10 {ndcg(on):.4f} vs "
                        f"{ndcg(off):.4f} eager.")
-    if any(set(pair) == {True, False} for pair in by_compile.values()):
+    if pairs:
         out.append("- **compile, why it is off by default:** on the GPU, torch warned that the compiled SASRec stack "
                    "broke its graph where it read the longest sequence (`int(...max())`, genrec/models/sasrec.py). "
                    "SASRec now compiles its dense stack only, one graph without a break (the jagged <-> padded "
