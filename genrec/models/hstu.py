@@ -58,7 +58,17 @@ class HSTUBlock(nn.Module):
         """``x (*, D)`` -> ``(*, D)`` for jagged ``(N, D)`` or padded ``(B, L, D)`` states. ``attend(q, k, v, block)``
         maps ``q, k (*, H, d_qk)``, ``v (*, H, d_v)`` to ``(*, H, d_v)`` with this block's bias weights; ``output``
         an implementation's fused ``u * LayerNorm(a)`` (see :class:`~genrec.models.attention.registry.AttentionImpl`)
-        or ``None``."""
+        or ``None``. The dense parts around the attention are :meth:`project` and :meth:`combine`."""
+        u, v, q, k = self.project(x)
+        a = attend(q, k, v, self).flatten(-2)
+        if output is None:
+            return self.combine(x, u, a)
+        norm = self.output_norm  # the implementation's fused u * LayerNorm(a)
+        y = output(u, a, None if norm is None else norm.weight, None if norm is None else norm.bias, self.eps)
+        return x + self.out(self.drop(y))
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x (*, D)`` -> ``u (*, H * d_v)`` and ``v (*, H, d_v)``, ``q, k (*, H, d_qk)``."""
         h = self.num_heads
         uvqk = self.uvqk(self._norm(x, self.input_norm))
         if self.variant == "paper":
@@ -67,13 +77,11 @@ class HSTUBlock(nn.Module):
                                  h * self.attention_dim], dim=-1)
         if self.variant == "production":
             u, q = F.silu(u), q / math.sqrt(self.attention_dim)
-        a = attend(q.unflatten(-1, (h, -1)), k.unflatten(-1, (h, -1)), v.unflatten(-1, (h, -1)), self).flatten(-2)
-        if output is not None:  # the implementation's fused u * LayerNorm(a)
-            norm = self.output_norm
-            y = output(u, a, None if norm is None else norm.weight, None if norm is None else norm.bias, self.eps)
-        else:
-            y = u * self._norm(a, self.output_norm)
-        return x + self.out(self.drop(y))
+        return u, v.unflatten(-1, (h, -1)), q.unflatten(-1, (h, -1)), k.unflatten(-1, (h, -1))
+
+    def combine(self, x: torch.Tensor, u: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """``x (*, D)``, ``u, a (*, H * d_v)`` -> ``x + W_o(Dropout(u * LayerNorm(a)))`` ``(*, D)``."""
+        return x + self.out(self.drop(u * self._norm(a, self.output_norm)))
 
 
 class HSTU(SequenceEncoder):
@@ -112,6 +120,15 @@ class HSTU(SequenceEncoder):
         self.blocks = nn.ModuleList(
             HSTUBlock(dim, num_heads, attention_dim, hidden_dim, dropout, max_len, position_bias, time_bias,
                       num_time_buckets, variant) for _ in range(num_layers))
+
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` (``compile=true``) in place, of every block's dense parts (:meth:`HSTUBlock.project`,
+        :meth:`HSTUBlock.combine`) only: the jagged layout and the attention between them stay eager. Their shapes
+        depend on the data (``repeat_interleave``, the longest sequence, fbgemm's jagged ops), so compiling the whole
+        :meth:`forward` broke the graph 15 times a call of two layers."""
+        for block in self.blocks:
+            block.project = torch.compile(block.project, *args, **kwargs)
+            block.combine = torch.compile(block.combine, *args, **kwargs)
 
     @property
     def uses_time(self) -> bool:
