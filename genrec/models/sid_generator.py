@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genrec.data.batch import JaggedBatch
+from genrec.data.batch import JaggedBatch, prefixes
 from genrec.embedding import ItemEmbedding
 from genrec.errors import UserError
 from genrec.models.backbones import TokenBackbone, as_backbone
@@ -173,27 +173,24 @@ class SIDGenerator(GenerativeRecommender):
     def ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Differentiable: ``(B, M)`` the score :meth:`ranked` gives ``items (B, M)``: ``rank=codes`` their code
         log-probability, ``items`` their item-head log-probability, ``hybrid`` and ``guided`` ``code_weight`` x code
-        plus item-head log-probability (the score of their finished tuples)."""
+        plus item-head log-probability (the score of their finished tuples; one backbone pass gives both)."""
         if self.rank == "codes":
             return self.item_log_probs(batch, items)
-        return self._with_code_weight(self.item_head_log_probs(batch).gather(1, items),
-                                      lambda: self.item_log_probs(batch, items))
+        if self.rank == "items" or self.code_weight == 0:
+            return self.item_head_log_probs(batch).gather(1, items)
+        codes, states = self._code_log_probs(batch, items)
+        return self._item_head_log_probs(states).gather(1, items) + self.code_weight * codes
 
     def prefix_ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
-        """:meth:`ranking_scores` after every position of a training batch (``items (N, M)`` -> ``(N, M)``); the item
-        head's log-probabilities come from one teacher-forced pass over the whole sequences."""
+        """:meth:`ranking_scores` after every position of a training batch (``items (N, M)`` -> ``(N, M)``); without
+        the codes the item head's log-probabilities come from one teacher-forced pass over the whole sequences."""
         if self.rank == "codes":
             return self.prefix_item_log_probs(batch, items)
-        targets = self.target_log_probs(batch)
-        head = targets.item_head[targets.positions >= 0]  # (N, num_items + 1), in position order
-        return self._with_code_weight(head.gather(1, items), lambda: self.prefix_item_log_probs(batch, items))
-
-    def _with_code_weight(self, head: torch.Tensor, codes) -> torch.Tensor:
-        """Item-head scores plus ``code_weight`` x the code log-probabilities ``codes()`` (computed only when they
-        count: not for ``rank=items`` nor at weight 0)."""
         if self.rank == "items" or self.code_weight == 0:
-            return head
-        return head + self.code_weight * codes()
+            targets = self.target_log_probs(batch)
+            return targets.item_head[targets.positions >= 0].gather(1, items)  # (N, num_items + 1), in order
+        codes, states = self._prefix_code_log_probs(batch, items)
+        return self._item_head_log_probs(states).gather(1, items) + self.code_weight * codes
 
     def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
@@ -246,6 +243,12 @@ class SIDGenerator(GenerativeRecommender):
         """Differentiable. With a KV-cached backbone the history runs once per user and each candidate adds its
         ``L - 1`` code tokens (the decoder's cache, as in beam search); ``use_cache=False`` runs the backbone on
         every (user, candidate) sequence whole."""
+        return self._code_log_probs(batch, items, use_cache)[0]
+
+    def _code_log_probs(self, batch: JaggedBatch, items: torch.Tensor, use_cache: bool = True
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`item_log_probs` ``(B, M)`` and the ``(B, D)`` states after each history (what the item head
+        reads), from one pass."""
         codes = self.sids.codes[items]  # (B, M, L)
         if use_cache and self.backbone.supports_cache:
             users, width = items.shape
@@ -255,14 +258,14 @@ class SIDGenerator(GenerativeRecommender):
             for level in range(self.sids.num_levels - 1):
                 logp = decoder.step(codes[..., level].flatten(), level)  # (B * M, K_{level + 1})
                 total = total + logp.gather(1, codes[..., level + 1].reshape(-1, 1)).view(users, width)
-            return total
+            return total, decoder.first_states
         tokens = self.sids.item_tokens(items.flatten())  # (B * M, L)
         users = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
         states = self._run_rows(self._history(batch), users, tokens[:, :-1])  # (B * M, L, D)
         codes = codes.flatten(0, 1)
         logp = torch.stack([self._level_log_probs(states[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
                             for level in range(self.sids.num_levels)], dim=1)
-        return logp.sum(1).view(items.shape)
+        return logp.sum(1).view(items.shape), states[:, 0].unflatten(0, items.shape)[:, 0]
 
     def prefix_item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Differentiable :meth:`item_log_probs` at every position of a training batch (:class:`TrainSequences`:
@@ -270,8 +273,12 @@ class SIDGenerator(GenerativeRecommender):
         ``(N, M)`` log-probabilities, each given its sequence up to and including that position, i.e.
         ``item_log_probs(prefixes(batch), items)``. With a backbone that branches its cache (genrec's SASRec) the
         whole sequences run once and each candidate adds its ``L - 1`` code tokens, attending to its own prefix."""
+        return self._prefix_code_log_probs(batch, items)[0]
+
+    def _prefix_code_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`prefix_item_log_probs` ``(N, M)`` and the ``(N, D)`` states after each prefix, from one pass."""
         if not self.backbone.supports_branching:
-            return super().prefix_item_log_probs(batch, items)
+            return self._code_log_probs(prefixes(batch), items)
         levels, width, users = self.sids.num_levels, items.shape[1], batch.batch_size
         x, valid = self._left_padded(*self._history(batch))
         states, cache = self.backbone.prefill(x, valid, every_state=True)  # (B, T, D)
@@ -279,7 +286,8 @@ class SIDGenerator(GenerativeRecommender):
         seen = 1 + (col + 1) * levels  # each prefix's tokens: the start token and the codes of items 0 .. col
         first = valid.shape[1] - valid.long().sum(1)  # (B,) each sequence's first real column
         codes = self.sids.codes[items]  # (N, M, L)
-        total = self._level_log_probs(states[row, first[row] + seen - 1], 0).gather(1, codes[..., 0])
+        prefix_states = states[row, first[row] + seen - 1]  # (N, D) after each prefix's last token
+        total = self._level_log_probs(prefix_states, 0).gather(1, codes[..., 0])
         # one row per (sequence, position slot, candidate), the same number per sequence; unused slots see the start
         # token only and are dropped below
         slots = int(batch.lengths.max())
@@ -294,7 +302,7 @@ class SIDGenerator(GenerativeRecommender):
             step = self.backbone.step(self.embed(slot_codes[:, level] + self.sids.offsets[level]), cache)
             logp = self._level_log_probs(step, level + 1).gather(1, slot_codes[:, level + 1:level + 2])
             total = total + logp.view(users * slots, width)[slot]
-        return total
+        return total, prefix_states
 
     def _left_padded(self, tokens: torch.Tensor, offsets: torch.Tensor, token_items: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,11 +1,14 @@
 """The SID generator's item head (``item_head=true``): its loss, and the four ways the model ranks (``codes``,
 ``hybrid``, ``guided``, ``items``), each against a direct computation; the scores preference alignment compares
 (``ranking_scores``) against the ranking's own."""
+from unittest import mock
+
 import pytest
 import torch
 
 from genrec.data.batch import prefixes
 from genrec.errors import UserError
+from genrec.models.hstu import HSTU
 from genrec.models.sasrec import SASRec
 from genrec.models.sid_generator import SIDGenerator
 from tests.generative.helpers import eval_batch, make_table, one_thread, train_batch
@@ -16,9 +19,14 @@ TABLE = make_table(40, (4, 5, 3))
 HISTORIES = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10, 11], [12]]
 
 
-def generator(**kw) -> SIDGenerator:
+BACKBONES = {"sasrec": lambda: SASRec(dim=16, num_layers=2, num_heads=2, max_len=40, dropout=0.0),
+             "hstu": lambda: HSTU(dim=16, num_layers=2, num_heads=2, attention_dim=8, hidden_dim=8, max_len=40,
+                                  dropout=0.0, time_bias=False)}
+
+
+def generator(backbone: str = "sasrec", **kw) -> SIDGenerator:
     torch.manual_seed(0)
-    model = SIDGenerator(TABLE, SASRec(dim=16, num_layers=2, num_heads=2, max_len=40, dropout=0.0),
+    model = SIDGenerator(TABLE, BACKBONES[backbone](),
                          **{"item_head": True, "beam": 8, "top_k": 5, **kw}).eval()
     with torch.no_grad():  # spread the untrained model's distributions so that rankings differ clearly
         for p in model.parameters():
@@ -140,12 +148,13 @@ def test_codes_ranks_exactly_like_the_beam():
     assert torch.equal(model.ranked(batch).items, model.generate(batch).items)
 
 
+@pytest.mark.parametrize("backbone", ["sasrec", "hstu"])  # KV cache and branching; neither (the uncached path)
 @pytest.mark.parametrize("rank, weight", [("codes", 1.0), ("hybrid", 0.5), ("guided", 0.5), ("guided", 0.0),
                                           ("items", 1.0)])
-def test_ranking_scores_are_the_scores_the_ranked_items_carry(rank, weight):
+def test_ranking_scores_are_the_scores_the_ranked_items_carry(rank, weight, backbone):
     """``ranking_scores`` (what ``align.score=ranking`` aligns) of the items ``ranked`` returns equal the scores it
     ranked them by; after every position of a training batch they equal the scores after each prefix as a prompt."""
-    model = generator(rank=rank, code_weight=weight)
+    model = generator(rank=rank, code_weight=weight, backbone=backbone)
     batch = eval_batch(HISTORIES)
     ranked = model.ranked(batch)
     with torch.no_grad():
@@ -154,6 +163,21 @@ def test_ranking_scores_are_the_scores_the_ranked_items_carry(rank, weight):
         items = torch.randint(1, 41, (len(train.item_ids), 6), generator=torch.Generator().manual_seed(0))
         per_prefix = model.ranking_scores(prefixes(train), items)
         assert torch.allclose(model.prefix_ranking_scores(train, items), per_prefix, atol=1e-4)
+
+
+@pytest.mark.parametrize("rank", ["hybrid", "guided"])
+def test_ranking_scores_with_codes_and_item_head_run_the_history_once(rank):
+    """At a code weight above 0 the code log-probabilities and the item head read the same backbone pass: one
+    prefill of the histories (one of the whole sequences after every position), no other pass."""
+    model = generator(rank=rank, code_weight=0.5)
+    train = train_batch([[5, 17, 30, 2], [9, 4], [33, 1, 8]])
+    items = torch.randint(1, 41, (len(train.item_ids), 6), generator=torch.Generator().manual_seed(0))
+    for scores, args in ((model.ranking_scores, (eval_batch(HISTORIES), items[:len(HISTORIES)])),
+                         (model.prefix_ranking_scores, (train, items))):
+        with mock.patch.object(model.backbone, "prefill", wraps=model.backbone.prefill) as prefill, \
+                mock.patch.object(model.backbone, "forward", wraps=model.backbone.forward) as forward:
+            scores(*args)
+        assert (prefill.call_count, forward.call_count) == (1, 0)
 
 
 def test_ranking_with_the_item_head_needs_one():
