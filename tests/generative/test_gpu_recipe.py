@@ -17,6 +17,7 @@ from torch._dynamo.utils import counters
 from genrec import train as train_entry
 from genrec.conf import compose_config
 from genrec.errors import ConfigError
+from genrec.models.attention import resolve
 from genrec.models.hstu import HSTU
 from genrec.training.builders import compile_stacks
 from tests.generative.helpers import SMALL, TINY, eval_batch, one_thread, train_batch
@@ -76,7 +77,7 @@ def test_compiled_stacks_train_like_the_eager_model(name, device):
 def test_compiled_hstu_runs_like_the_eager_encoder_in_two_graphs(variant, device):
     """HSTU compiles its blocks' dense parts only (project, combine), so jagged batches of any length run through
     the same two graphs without a break, with the eager encoder's outputs and gradients (time bias on). On CUDA the
-    attention is the Triton kernel with its fused output, between the compiled parts."""
+    attention is the Triton kernel, whose fused ``u * LayerNorm(a)`` replaces ``combine``: one graph."""
     torch.manual_seed(0)
     eager = HSTU(dim=16, num_layers=2, num_heads=2, attention_dim=8, hidden_dim=6, max_len=24, dropout=0.0,
                  variant=variant).to(device)
@@ -100,7 +101,8 @@ def test_compiled_hstu_runs_like_the_eager_encoder_in_two_graphs(variant, device
         for name, grad in grads.items():
             torch.testing.assert_close(c_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
     # a batch of exactly D = 16 positions would add a graph: dynamo gives equal sizes one symbol, and D is fixed
-    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+    graphs = 1 if resolve("hstu", eager.attention, x).output is not None else 2
+    assert counters["stats"]["unique_graphs"] == graphs and not counters["graph_break"]
     assert list(compiled.state_dict()) == list(eager.state_dict())
 
 
