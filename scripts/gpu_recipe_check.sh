@@ -2,7 +2,7 @@
 # Issue 16's GPU recipe, run once on a lent GPU (one H200 here), as one script that checks and times everything:
 # 1. the machine: nvidia-smi, the versions of torch, triton and lightning;
 # 2. correctness on the GPU, against the PyTorch reference: the Triton/CUDA kernels (tests/kernels, bf16 too) and
-#    compiled vs eager training steps of the generators (tests/generative/test_gpu_recipe.py, CUDA cases); pytest's
+#    compiled vs eager steps of the generators and of HSTU (tests/generative/test_gpu_recipe.py, CUDA cases); pytest's
 #    JUnit XML becomes results/gpu_tests.json (scripts/record_gpu_tests.py);
 # 3. recipe=gpu (bf16-mixed, batches of 1,024 bucketed by length, warm-up) on Amazon Beauty, seed 0,
 #    three trainings side by side on the one GPU, beside the tests (each slowed by the others: their times are
@@ -78,6 +78,8 @@ if [ "${GPU:-1}" = 1 ]; then
     --junitxml="$RUNS/gpu_tests.xml" tests/kernels/test_kernels.py \
     "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[sid_gpt-cuda]" \
     "tests/generative/test_gpu_recipe.py::test_compiled_stacks_train_like_the_eager_model[tiger-cuda]" \
+    "tests/generative/test_gpu_recipe.py::test_compiled_hstu_runs_like_the_eager_encoder_in_two_graphs[paper-cuda]" \
+    "tests/generative/test_gpu_recipe.py::test_compiled_hstu_runs_like_the_eager_encoder_in_two_graphs[production-cuda]" \
     > "$OUT/gpu_tests.log" 2>&1
   echo "pytest: exit $?"
   tail -n 25 "$OUT/gpu_tests.log"
