@@ -25,7 +25,8 @@ from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
 from genrec.eval.breakdown import breakdowns, rank_users
 from genrec.eval.plots import plot_evaluation
-from genrec.runs import TRUSTED_TARGETS, RunFolder
+from genrec.runs import RunFolder
+from genrec.trust import TRUSTED_TARGETS
 from genrec.training.builders import load_run
 from genrec.training.task import RecommenderTask
 from genrec.utils.provenance import provenance, write_json

@@ -11,8 +11,8 @@ Layout of a run folder (``runs/<data>-<model>/<time>/`` by default)::
     tensorboard/  curves.png  train.log (Hydra's job log)
 
 Trust model (docs/TRUST.md): a run folder is data. Checkpoints are read with ``torch.load(weights_only=True)``;
-a ``config.yaml`` read back from a folder may only name ``_target_`` callables under :data:`TRUSTED_TARGETS` (plus
-what the current command line allows), anything else is refused before it is imported.
+every ``_target_`` of a ``config.yaml`` read back from a folder is resolved by :func:`genrec.trust.check_targets`
+against :data:`genrec.trust.TRUSTED_TARGETS` (plus what the current command line allows) before anything is built.
 """
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from genrec.errors import DataError, UserError
+from genrec.trust import TRUSTED_TARGETS, check_targets
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
@@ -32,37 +34,11 @@ CHECKPOINT_DIR = "checkpoints"
 #: what Hydra writes into a run folder before genrec starts (its job log is named by ``hydra.job.name``): a folder
 #: holding only these holds no run yet
 HYDRA_FILES = frozenset({".hydra", "train.log", "tokenize.log", "stream.log"})
-#: the ``_target_`` prefixes a config read from a run folder may name: genrec's own code, torch optimizers and
-#: Lightning's callbacks and loggers (the values genrec's config tree uses)
-TRUSTED_TARGETS = ("genrec.", "torch.optim.", "lightning.pytorch.callbacks.", "lightning.pytorch.loggers.")
-
-
-def check_targets(cfg: DictConfig | ListConfig, source: str | Path, allowed: tuple[str, ...] = TRUSTED_TARGETS
-                  ) -> None:
-    """Raise :class:`DataError` naming ``source`` and the key when any ``_target_`` in ``cfg`` (at any depth) does
-    not start with one of ``allowed``. Nothing is imported, instantiated or resolved (an interpolated target is
-    refused as written)."""
-    def walk(node: Any, key: str) -> None:
-        if isinstance(node, dict):
-            target = node.get("_target_")
-            if target is not None and not str(target).startswith(allowed):
-                raise DataError(source, f"_target_ {str(target)!r} is not a trusted callable (allowed prefixes: "
-                                        f"{', '.join(allowed)}); a run folder's config may not run other code",
-                                key=f"{key}._target_".lstrip("."))
-            for child, value in node.items():
-                walk(value, f"{key}.{child}")
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, f"{key}[{i}]")
-
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
-
-
 def load_config(path: Path, allowed: tuple[str, ...] = TRUSTED_TARGETS) -> DictConfig:
     """A run's ``config.yaml``, checked by :func:`check_targets`."""
     try:
         cfg = OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException, ValueError) as err:  # yaml errors are ValueErrors
+    except (OSError, OmegaConfBaseException, ValueError, yaml.YAMLError) as err:  # e.g. a !!python/... tag
         raise DataError(path, f"cannot be read as a genrec config: {' '.join(str(err).split())}") from None
     if not isinstance(cfg, DictConfig):
         raise DataError(path, "expected a mapping of config keys")

@@ -18,10 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hydra.utils import get_method  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-
 from genrec.conf import compose_config  # noqa: E402
+from genrec.data.datamodule import read_log  # noqa: E402
 from genrec.stream.files import write_event_files  # noqa: E402
 from genrec.stream.replay import event_frame  # noqa: E402
 
@@ -40,8 +38,7 @@ def main() -> None:
     if bool(args.out) == bool(args.redis):
         parser.error("give one of --out (event files) or --redis (a Redis stream)")
     cfg = compose_config("stream", overrides=[f"data={args.data}", *args.override])
-    reader = OmegaConf.to_container(cfg.data.reader, resolve=True)
-    frame = event_frame(get_method(reader.pop("_target_"))(**reader))
+    frame = event_frame(read_log(cfg.data.reader))
     if args.limit:
         frame = frame.iloc[:args.limit]
     if args.out:

@@ -157,16 +157,19 @@ def test_eval_refuses_a_checkpoint_other_than_the_one_behind_the_metrics(run_cop
         _one_line_error(proc, prog, str(best), "is not the checkpoint", "metrics.json")
 
 
-def test_a_run_folder_config_cannot_run_code(run_copy, tmp_path):
-    """A config.yaml naming os.makedirs as the data reader: refused before it is imported or called."""
+@pytest.mark.parametrize("target", ["os.makedirs", "genrec.data.cache.os.system"])
+def test_a_run_folder_config_cannot_run_code(run_copy, tmp_path, target):
+    """A config.yaml naming a command as the data reader, plainly or through a genrec module's globals (which passed
+    b9ac798's prefix check and ran the command): refused before it is called, by eval, export and resume."""
     cfg = OmegaConf.load(run_copy / "config.yaml")
-    target = tmp_path / "made_by_the_config"
-    cfg.data.reader = {"_target_": "os.makedirs", "name": str(target)}
+    made = tmp_path / "made_by_the_config"
+    cfg.data.reader = ({"_target_": target, "name": str(made)} if target == "os.makedirs"
+                       else {"_target_": target, "command": f"mkdir {made}"})
     (run_copy / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     for module, prog in (("genrec.evaluate", "genrec-eval"), ("genrec.export", "genrec-export")):
         proc = _cli(module, f"run_dir={run_copy}", cwd=tmp_path)
-        _one_line_error(proc, prog, str(run_copy / "config.yaml"), "data.reader._target_", "'os.makedirs'",
+        _one_line_error(proc, prog, str(run_copy / "config.yaml"), "data.reader._target_", f"'{target}'",
                         "not a trusted callable")
     proc = _cli("genrec.train", f"resume_from={run_copy}", cwd=tmp_path)
-    _one_line_error(proc, "genrec-train", "'os.makedirs'", "not a trusted callable")
-    assert not target.exists()
+    _one_line_error(proc, "genrec-train", f"'{target}'", "not a trusted callable")
+    assert not made.exists()

@@ -1,33 +1,23 @@
-"""A run folder read as data (genrec.runs): trusted callables only, the checkpoint metrics.json names, fresh folders."""
+"""A run folder read as data (genrec.runs): its config checked, the checkpoint metrics.json names, fresh folders."""
 import json
 import re
 
 import pytest
-from omegaconf import OmegaConf
 
 from genrec.errors import DataError, UserError
-from genrec.runs import TRUSTED_TARGETS, RunFolder, check_targets, file_digest
+from genrec.runs import RunFolder, file_digest, load_config
 
 
-@pytest.mark.parametrize("config, key", [
-    ({"model": {"encoder": {"_target_": "os.system", "command": "true"}}}, "model.encoder._target_"),
-    ({"callbacks": [{"_target_": "genrec.x"}, {"_target_": "subprocess.run"}]}, "callbacks[1]._target_"),
-    ({"a": {"_target_": "${b}"}, "b": "genrec.train.main"}, "a._target_"),  # refused as written, never resolved
-    ({"_target_": "genrec_evil.module"}, "_target_"),  # a prefix, not a name: "genrec." needs the dot
-])
-def test_untrusted_targets_are_refused_with_their_key(config, key):
-    with pytest.raises(DataError, match=re.escape(f"run/config.yaml (key '{key}'): _target_ ")
-                       + ".* is not a trusted callable"):
-        check_targets(OmegaConf.create(config), "run/config.yaml")
-
-
-def test_trusted_and_allowed_targets_pass():
-    check_targets(OmegaConf.create({"m": {"_target_": "genrec.models.sasrec.SASRec"},
-                                    "o": [{"_target_": "torch.optim.AdamW"}]}), "x")
-    cfg = OmegaConf.create({"reader": {"_target_": "mycompany.readers.read"}})
-    with pytest.raises(DataError):
-        check_targets(cfg, "x")
-    check_targets(cfg, "x", TRUSTED_TARGETS + ("mycompany.",))
+def test_a_config_with_an_untrusted_target_or_a_python_tag_is_refused_in_one_line(tmp_path):
+    """What genrec.trust checks is tested in tests/test_trust.py; here: load_config applies it, and a YAML tag that
+    would build a Python object is a DataError naming the file (a traceback at b9ac798)."""
+    path = tmp_path / "config.yaml"
+    path.write_text("model:\n  encoder:\n    _target_: os.system\n")
+    with pytest.raises(DataError, match=re.escape(f"{path} (key 'model.encoder._target_')")):
+        load_config(path)
+    path.write_text("seed: !!python/object/apply:os.system [true]\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}: cannot be read as a genrec config")):
+        load_config(path)
 
 
 def test_best_is_the_checkpoint_metrics_json_names(tmp_path):

@@ -6,7 +6,6 @@ from typing import Any, Callable
 import lightning as L
 import numpy as np
 import torch
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
@@ -18,6 +17,7 @@ from genrec.data.samplers import EvenShardBatchSampler, TrainBatchSampler
 from genrec.data.schema import InteractionLog, SequenceData
 from genrec.data.split import SplitConfig, apply_split
 from genrec.errors import UserError
+from genrec.trust import call_target
 
 TRAIN_EXAMPLES = ("sequences", "prefixes")
 
@@ -27,10 +27,9 @@ def _plain(cfg: Any) -> Any:
 
 
 def read_log(reader: dict | DictConfig) -> InteractionLog:
-    """Call the reader named by ``reader["_target_"]`` with the other keys. Unlike ``hydra.utils.instantiate``
-    this lets a reader's :class:`DataError` through unwrapped, so the CLI can print it as one line."""
-    kwargs = dict(_plain(reader))
-    return get_method(kwargs.pop("_target_"))(**kwargs)
+    """Call the reader named by ``reader["_target_"]`` with the other keys (:func:`genrec.trust.call_target`: a
+    reader's :class:`DataError` reaches the CLI unwrapped, as one line)."""
+    return call_target(reader, key="data.reader._target_")
 
 
 def load_dataset(reader: dict | DictConfig, preprocess: dict | DictConfig | None = None,

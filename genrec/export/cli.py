@@ -49,7 +49,8 @@ from genrec.data.features import FeatureConfig
 from genrec.errors import ConfigError, UserError
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
-from genrec.runs import TRUSTED_TARGETS, RunFolder, file_digest
+from genrec.runs import RunFolder, file_digest
+from genrec.trust import TRUSTED_TARGETS
 from genrec.tokenize.sid_table import PARQUET_FILE, SAFETENSORS_FILE
 from genrec.training.builders import load_run, load_sid_table
 from genrec.training.generative import GenerativeTask

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.schema import ITEM, TIMESTAMP, USER, InteractionLog
 from genrec.errors import DataError
 from genrec.stream.events import EventSchema, Records
 from genrec.stream.source import Source
+from genrec.trust import call_target
 
 
 def event_frame(log: InteractionLog, schema: EventSchema = EventSchema()) -> pd.DataFrame:
@@ -47,8 +47,7 @@ class ReplaySource(Source):
         self.description = {"kind": "replay", "reader": dict(reader)}
 
     def bind(self, schema: EventSchema, run_dir: str) -> None:
-        kwargs = dict(self.reader)  # called directly, so that a reader's DataError reaches the CLI as one line
-        self.frame = event_frame(get_method(kwargs.pop("_target_"))(**kwargs), schema)
+        self.frame = event_frame(call_target(self.reader, key="source.reader._target_"), schema)
         if self.limit is not None:
             self.frame = self.frame.iloc[:self.limit].reset_index(drop=True)
         self.description["events"] = len(self.frame)

@@ -16,13 +16,13 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.cli import run_cli
 from genrec.conf import CONF_MODULE
 from genrec.data.datamodule import load_dataset
 from genrec.runs import RunFolder, results_file
+from genrec.trust import call_target
 from genrec.tokenize.collisions import resolve_collisions
 from genrec.tokenize.health import health_report, plot_health, plot_training
 from genrec.tokenize.quantizer import Quantizer
@@ -35,9 +35,7 @@ log = logging.getLogger("genrec.tokenize")
 def build(node: DictConfig | dict) -> Any:
     """Call ``node["_target_"]`` with the node's other keys except ``name`` (errors pass through unwrapped,
     unlike ``hydra.utils.instantiate``)."""
-    kwargs = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-    kwargs.pop("name", None)
-    return get_method(kwargs.pop("_target_"))(**kwargs)
+    return call_target(node, drop=("name",))
 
 
 def format_levels(health: dict[str, Any]) -> str:

@@ -385,7 +385,7 @@ class FusedEncoder:
     """
 
     def __init__(self, parts: dict[str, dict[str, Any]], weights: dict[str, float]):
-        from hydra.utils import get_method
+        from genrec.trust import call_target
 
         if not parts:
             raise UserError("encoder.parts: name at least one encoder to fuse")
@@ -396,8 +396,7 @@ class FusedEncoder:
             raise UserError(f"encoder.weights: every weight must be positive, got {bad}")
         self.parts, self.weights = {}, dict(weights)
         for name, node in parts.items():
-            kwargs = {k: v for k, v in node.items() if k != "name"}
-            self.parts[name] = get_method(kwargs.pop("_target_"))(**kwargs)
+            self.parts[name] = call_target(node, key=f"encoder.parts.{name}._target_", drop=("name",))
 
     def encode(self, data: SequenceData) -> ItemEmbeddings:
         vectors, info = [], {"encoder": "fused", "weights": self.weights, "parts": {}}

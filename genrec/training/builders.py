@@ -20,7 +20,8 @@ from genrec.embedding import ItemEmbedding
 from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import ConfigError, DataError
 from genrec.models.recommender import SequentialRecommender
-from genrec.runs import CHECKPOINT_DIR, TRUSTED_TARGETS, RunFolder, file_digest
+from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest
+from genrec.trust import TRUSTED_TARGETS
 from genrec.tokenize.sid_table import SIDTable
 from genrec.training.align import AlignConfig, AlignTask
 from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher
