@@ -1,9 +1,13 @@
-"""What genrec's four CLIs share (genrec-train, -eval, -export, -tokenize): one error policy and the metric table.
+"""What genrec's CLIs share (genrec-train, -eval, -export, -tokenize, -stream, -report): one error policy and the
+metric table.
 
 The error policy: a :class:`~genrec.errors.UserError` (bad data, a bad config value, a missing or corrupt
 checkpoint, a wrong run folder) is printed as one line, ``<prog>: error: <message>``, and the process exits with
-status 2; any other exception is a bug in genrec and keeps its traceback. Each CLI checks its config and the files
-it reads before doing anything expensive, so a user error costs seconds, not a data load.
+status 2; any other exception is a bug in genrec and keeps its traceback. The same holds for the mistakes Hydra and
+OmegaConf find: an override that does not compose (a misspelled key or group option, a bad override: checked by
+:func:`check_command_line` before Hydra starts), a mandatory value left unset (``???``), and genrec's own errors
+raised inside ``hydra.utils.instantiate`` (which wraps them). Each CLI checks its config and the files it reads
+before doing anything expensive, so a user error costs seconds, not a data load.
 """
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from genrec.errors import UserError
+from omegaconf.errors import MissingMandatoryValue
+
+from genrec.errors import ConfigError, UserError
 
 T = TypeVar("T")
 
@@ -19,14 +25,55 @@ T = TypeVar("T")
 USER_ERROR_STATUS = 2
 
 
+def _exit_with(prog: str, message: str) -> None:
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)  # one line, whatever the message
+    sys.exit(USER_ERROR_STATUS)
+
+
+def user_error(err: BaseException) -> UserError | None:
+    """The :class:`UserError` ``err`` is or wraps (``hydra.utils.instantiate`` raises its target's errors as the
+    ``__cause__`` of an ``InstantiationException``); an unset mandatory value (``???``) as a :class:`ConfigError`
+    naming its key; else ``None``."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, UserError):
+            return seen
+        if isinstance(seen, MissingMandatoryValue):
+            key = seen.full_key or "?"
+            return ConfigError(key, f"missing mandatory value: set it on the command line ({key}=...)")
+        seen = seen.__cause__
+    return None
+
+
 def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; a :class:`UserError` becomes one line on stderr and exit status 2."""
+    """``fn(*args)``; a :class:`UserError` (or one of the wrapped errors :func:`user_error` finds) becomes one line
+    on stderr and exit status 2."""
     try:
         return fn(*args)
-    except UserError as err:
-        message = " ".join(str(err).split())  # one line, whatever the message
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        sys.exit(USER_ERROR_STATUS)
+    except Exception as err:
+        found = user_error(err)
+        if found is None:
+            raise
+        _exit_with(prog, str(found))
+
+
+def check_command_line(prog: str, config_name: str, argv: list[str] | None = None) -> None:
+    """Compose ``config_name`` with the command line's overrides (``sys.argv[1:]``) before Hydra runs: an override
+    that names no key (``trainer.max_epochz=3``), no group option (``model=sasrecc``) or does not parse ends the
+    process with one line and exit status 2 (Hydra would print a multi-line report and exit 1). A command line with
+    flags (``--help``, ``-m``, ``--cfg``...) is left to Hydra."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from genrec.conf import compose_config
+
+    overrides = sys.argv[1:] if argv is None else argv
+    if any(arg.startswith("-") for arg in overrides):
+        return
+    try:
+        compose_config(config_name, overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        _exit_with(prog, f"the command line does not compose: {str(err).split('Config search path')[0]}")
 
 
 def continue_in_run_folder(prog: str, resume_folder: Callable[[str], Path]) -> None:

@@ -19,7 +19,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import format_table, metric_columns, run_cli
+from genrec.cli import check_command_line, format_table, metric_columns, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
@@ -108,8 +108,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="eval")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli("genrec-eval", run, cfg)
+
+
+def main() -> None:
+    check_command_line("genrec-eval", "eval")
+    _hydra_main()
 
 
 if __name__ == "__main__":

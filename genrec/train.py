@@ -27,8 +27,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import continue_in_run_folder, format_table, metric_columns, run_cli
+from genrec.cli import check_command_line, continue_in_run_folder, format_table, metric_columns, run_cli
 from genrec.conf import CONF_MODULE
+from genrec.data.preprocess import PreprocessConfig
 from genrec.data.split import PROTOCOLS, SplitConfig, split_summary
 from genrec.dist import TorchRecStrategy
 from genrec.dist.checkpoint import read_meta
@@ -113,6 +114,7 @@ def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
     check_train_config(cfg)
     check_table_config(cfg)
     SplitConfig.from_config(cfg.data.get("split"))
+    PreprocessConfig.from_config(cfg.data.get("preprocess"))
     unknown = [b for b in cfg.baselines if b not in BASELINES]
     if unknown:
         raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")
@@ -257,6 +259,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
+    check_command_line(PROG, "train")
     continue_in_run_folder(PROG, lambda resume: resume_point(resume)[0])
     _hydra_main()
 

@@ -173,3 +173,43 @@ def test_a_run_folder_config_cannot_run_code(run_copy, tmp_path, target):
     proc = _cli("genrec.train", f"resume_from={run_copy}", cwd=tmp_path)
     _one_line_error(proc, "genrec-train", f"'{target}'", "not a trusted callable")
     assert not made.exists()
+
+
+def _entry_error(main, prog: str, args: list[str], capsys, monkeypatch, tmp_path) -> str:
+    """The CLI entry point ``main`` run in this process with ``args`` -> its one error line (exit status 2)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [prog, *args])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("cli, args, expected", [
+    ("eval", [], "run_dir: missing mandatory value: set it on the command line (run_dir=...)"),
+    ("export", [], "run_dir: missing mandatory value"),
+    ("stream", [], "source.path: missing mandatory value"),
+    ("stream", ["source.path=a_file"], "source.path: a_file is not a folder"),  # raised inside Hydra's instantiate
+    ("train", ["trainer.max_epochz=3"], "Could not override 'trainer.max_epochz'"),
+    ("eval", ["run_dir=x", "checkpont=last"], "Could not override 'checkpont'"),
+    ("train", ["model=sasrecc"], "Could not find 'model/sasrecc' Available options in 'model': hstu"),
+    ("train", ["optim.betas=[1.5,0.9]"], "optim.betas: got [1.5, 0.9], expected two numbers in [0, 1)"),
+    ("train", ["eval.ks=[0]"], "eval.ks: got [0], expected a non-empty list of positive cut-offs"),
+    ("train", ["model.encoder.num_layers=0"], "model.encoder.num_layers: got 0, expected a positive value"),
+    ("train", ["data.preprocess.min_user_interactions=-1"],
+     "data.preprocess.min_user_interactions: got -1, expected an integer >= 1"),
+])
+def test_config_mistakes_are_one_line_before_anything_loads(cli, args, expected, capsys, monkeypatch, tmp_path):
+    """Each case was a multi-line Hydra report (exit 1) or a traceback at b9ac798, or was accepted silently."""
+    from genrec import evaluate, train
+    from genrec.export import cli as export_cli
+    from genrec.stream import cli as stream_cli
+
+    (tmp_path / "a_file").write_text("")
+    main, prog = {"eval": (evaluate.main, "genrec-eval"), "export": (export_cli.main, "genrec-export"),
+                  "stream": (stream_cli.main, "genrec-stream"), "train": (train.main, "genrec-train")}[cli]
+    line = _entry_error(main, prog, [*args, f"hydra.run.dir={tmp_path / 'run'}"], capsys, monkeypatch, tmp_path)
+    assert expected in line
+    assert not (tmp_path / "run" / "config.yaml").exists() and not list(tmp_path.glob("**/cache"))

@@ -38,7 +38,7 @@ def load_dataset(reader: dict | DictConfig, preprocess: dict | DictConfig | None
     Parquet cache when ``cache_dir`` is set, then split (``data.split``, :mod:`genrec.data.split`; the cache holds
     the sequences, whatever the split)."""
     reader = _plain(reader)
-    pre = PreprocessConfig(**(_plain(preprocess) or {}))
+    pre = PreprocessConfig.from_config(preprocess)
     split = SplitConfig.from_config(split)
 
     def read() -> InteractionLog:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import polars as pl
+from omegaconf import DictConfig, OmegaConf
 
-from genrec.errors import DataError
+from genrec.errors import ConfigError, DataError, settings_from
 from genrec.data.outofcore import ParquetEventLog, encode_events
 from genrec.data.schema import ITEM, PAD_ITEM, RATING, TIMESTAMP, USER, InteractionLog, SequenceData
 
@@ -39,6 +41,24 @@ class PreprocessConfig:
     min_item_interactions: int = 5
     min_rating: float | None = None
     dedupe: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("min_user_interactions", "min_item_interactions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"data.preprocess.{name}", f"got {value!r}, expected an integer >= 1 (a k-core "
+                                                              "threshold; 1 keeps everything)")
+        if self.min_rating is not None and (isinstance(self.min_rating, bool)
+                                            or not isinstance(self.min_rating, (int, float))):
+            raise ConfigError("data.preprocess.min_rating", f"got {self.min_rating!r}, expected a number or null")
+        if not isinstance(self.dedupe, bool):
+            raise ConfigError("data.preprocess.dedupe", f"got {self.dedupe!r}, expected true or false")
+
+    @classmethod
+    def from_config(cls, node: Any) -> "PreprocessConfig":
+        """From ``data.preprocess`` (a DictConfig, a dict or ``None``); an unknown key is a ConfigError."""
+        values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+        return settings_from(cls, values, "data.preprocess")
 
     def as_dict(self) -> dict:
         return asdict(self)

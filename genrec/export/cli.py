@@ -37,7 +37,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import genrec
-from genrec.cli import run_cli
+from genrec.cli import check_command_line, run_cli
 from genrec.export.index import build_index, exact_top_k, recall_at_k
 from genrec.export.manifest import FORMAT, FORMAT_VERSION, MANIFEST_FILE, artifact_entry, write_manifest
 from genrec.eval.metrics import Evaluator
@@ -355,8 +355,13 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="export")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli("genrec-export", run, cfg)
+
+
+def main() -> None:
+    check_command_line("genrec-export", "export")
+    _hydra_main()
 
 
 if __name__ == "__main__":

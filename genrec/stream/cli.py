@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import continue_in_run_folder, format_table, run_cli
+from genrec.cli import check_command_line, continue_in_run_folder, format_table, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.errors import ConfigError, UserError
 from genrec.models.recommender import SequentialRecommender
@@ -150,6 +150,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
+    check_command_line(PROG, "stream")
     continue_in_run_folder(PROG, resume_folder)
     _hydra_main()
 

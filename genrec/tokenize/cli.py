@@ -18,7 +18,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from genrec.cli import run_cli
+from genrec.cli import check_command_line, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.data.datamodule import load_dataset
 from genrec.runs import RunFolder, results_file
@@ -109,8 +109,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONF_MODULE}", config_name="tokenize")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     run_cli("genrec-tokenize", run, cfg, Path(HydraConfig.get().runtime.output_dir))
+
+
+def main() -> None:
+    check_command_line("genrec-tokenize", "tokenize")
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -38,10 +38,12 @@ TRAIN_KEYS: dict[str, tuple[type, ...]] = {
     "checkpoint_every_n_steps": (int,), "results_name": (str, type(None)), "overwrite_results": (bool,),
     "resume_from": (str, type(None)), "init_from": (str, type(None)), "model.dim": (int,),
     "telemetry.enabled": (bool,), "telemetry.every_n_steps": (int,), "telemetry.nvml": (bool,),
+    **{f"model.{part}{size}": (int,) for part in ("encoder.", "backbone.", "generator.")
+       for size in ("num_layers", "num_heads")},
 }
 #: of those, the ones that must be positive, and the ones that must not be negative
 POSITIVE = {"optim.lr", "data.max_len", "data.batch_size", "data.eval_batch_size", "model.dim",
-            "telemetry.every_n_steps"}
+            "telemetry.every_n_steps", *(key for key in TRAIN_KEYS if key.endswith(("num_layers", "num_heads")))}
 NON_NEGATIVE = {"optim.weight_decay", "optim.warmup_steps", "data.num_workers", "checkpoint_every_n_steps"}
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
               dict: "a mapping", type(None): "null"}
@@ -113,8 +115,19 @@ def check_train_config(cfg: DictConfig) -> None:
         if key in NON_NEGATIVE and value < 0:
             raise ConfigError(key, f"got {value!r}, expected a value >= 0")
     check_trainer_arguments(OmegaConf.to_container(cfg.trainer, resolve=True))
+    _check_lists(cfg)
     _check_schedule(cfg)
     _check_validation(cfg)
+
+
+def _check_lists(cfg: DictConfig) -> None:
+    """``optim.betas``: two numbers in [0, 1); ``eval.ks``: positive cut-offs."""
+    betas = OmegaConf.select(cfg, "optim.betas", default=None)
+    if betas is not None and (len(betas) != 2 or not all(_is(b, float) and 0 <= b < 1 for b in betas)):
+        raise ConfigError("optim.betas", f"got {list(betas)!r}, expected two numbers in [0, 1) (Adam's decay rates)")
+    ks = OmegaConf.select(cfg, "eval.ks", default=None)
+    if ks is not None and (not ks or not all(_is(k, int) and k > 0 for k in ks)):
+        raise ConfigError("eval.ks", f"got {list(ks)!r}, expected a non-empty list of positive cut-offs, e.g. [5, 10]")
 
 
 def _check_validation(cfg: DictConfig) -> None:
