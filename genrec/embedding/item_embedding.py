@@ -1,12 +1,18 @@
-"""The item-embedding module every model gets from outside: one item table in :class:`EmbeddingTables`.
+"""The item-embedding module every model gets from outside: the interface (:class:`ItemEmbeddingInterface`) and its
+static implementation, one item table in :class:`EmbeddingTables` (:class:`ItemEmbedding`; the dynamic one is
+:class:`genrec.embedding.dynamic.DynamicItemEmbedding`).
 
-Models only call :meth:`ItemEmbedding.forward` (jagged lookup of the input items), :meth:`lookup`,
-:meth:`forward_with_items` and :meth:`table`, so the same model code runs on the unsharded collection and on a
-sharded one. The table serves two features: ``item`` (the users' input sequences) and ``item_candidates`` (items a
-loss or a ranking scores). A training step looks both up in ONE collection call (:meth:`forward_with_items`): a
-sharded table's optimizer is fused into the lookup's backward, so two lookups in one step would apply it twice.
+Models only call :meth:`~ItemEmbeddingInterface.forward` (jagged lookup of the input items),
+:meth:`~ItemEmbeddingInterface.lookup`, :meth:`~ItemEmbeddingInterface.forward_with_items` and
+:meth:`~ItemEmbeddingInterface.table`, so the same model code runs on the unsharded collection, on a sharded one and
+on a dynamic table. The static table serves two features: ``item`` (the users' input sequences) and
+``item_candidates`` (items a loss or a ranking scores). A training step looks both up in ONE call
+(:meth:`~ItemEmbeddingInterface.forward_with_items`): a sharded or dynamic table's optimizer is fused into the
+lookup's backward, so two lookups in one step would apply it twice.
 """
 from __future__ import annotations
+
+import abc
 
 import torch
 from torch import nn
@@ -30,7 +36,52 @@ def lookup_features(feature: str, values: torch.Tensor, lengths: torch.Tensor, i
                                                lengths=torch.cat([lengths, candidate_lengths]))
 
 
-class ItemEmbedding(nn.Module):
+class ItemEmbeddingInterface(abc.ABC, nn.Module):
+    """What a model reads of its item table (ID ``0`` is padding; real items are ``1..num_items``).
+
+    Attributes:
+        num_embeddings: ``num_items + 1`` (the rows :meth:`table` returns).
+        dim: the embedding width ``D``.
+        feature: the KeyedJaggedTensor key of the input items.
+    """
+
+    num_embeddings: int
+    dim: int
+    feature: str
+
+    @abc.abstractmethod
+    def forward_with_items(self, features: KeyedJaggedTensor, item_ids: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One lookup of the inputs ``features[feature]`` (``N`` values) and of ``item_ids (*,)``
+        -> ``((N, D), (*, D))``: a training step's only call into the table."""
+
+    @abc.abstractmethod
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """Dense lookup: ``(*,)`` int64 IDs -> ``(*, D)``."""
+
+    @abc.abstractmethod
+    def table(self) -> torch.Tensor:
+        """The whole table ``(num_items + 1, D)``, for full-corpus scoring and export."""
+
+    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        """Jagged lookup: ``features[feature]`` with ``N`` values -> ``(N, D)``."""
+        ids = features[self.feature].values()
+        return self.forward_with_items(features, ids.new_zeros(0))[0]
+
+    @property
+    def all_ids(self) -> torch.Tensor:
+        """``(num_items + 1,)`` every ID, for a lookup of the whole table."""
+        return torch.arange(self.num_embeddings)
+
+    def set_event_time(self, time: int) -> None:
+        """The event time of the next training batches (a table that expires rows by event time uses it)."""
+
+    def counters(self) -> dict[str, float]:
+        """The table's own counters for the run's logs (admissions, evictions, hits per tier...): none here."""
+        return {}
+
+
+class ItemEmbedding(ItemEmbeddingInterface):
     """One table of ``num_items + 1`` rows (row 0 is padding and is never looked up by jagged inputs).
 
     Args:
@@ -49,7 +100,11 @@ class ItemEmbedding(nn.Module):
         self.table_name = f"{feature}_table"
         self.tables = EmbeddingTables([TableConfig(self.table_name, num_items + 1, dim, (feature, self.candidates),
                                                    init_std, out_of_range)], device=device)
-        self.register_buffer("all_ids", torch.arange(num_items + 1, device=device), persistent=False)
+        self.register_buffer("_all_ids", torch.arange(num_items + 1, device=device), persistent=False)
+
+    @property
+    def all_ids(self) -> torch.Tensor:
+        return self._all_ids
 
     def forward_with_items(self, features: KeyedJaggedTensor, item_ids: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,16 +114,16 @@ class ItemEmbedding(nn.Module):
         out = self.tables(lookup_features(self.feature, inputs.values(), inputs.lengths(), item_ids))
         return out[self.feature], out[self.candidates].reshape(*item_ids.shape, self.dim)
 
-    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
-        """Jagged lookup: ``features[feature]`` with ``N`` values -> ``(N, D)``."""
-        ids = features[self.feature].values()
-        return self.forward_with_items(features, ids.new_zeros(0))[0]
-
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Dense lookup: ``(*,)`` int64 IDs -> ``(*, D)``."""
         empty = ids.new_zeros(0)
         looked_up = self.tables(lookup_features(self.feature, empty, empty, ids))
         return looked_up[self.candidates].reshape(*ids.shape, self.dim)
+
+    @classmethod
+    def weight_key(cls, feature: str = ITEM_FEATURE) -> str:
+        """The state-dict key of the table's weight, relative to this module (read off a 2-row table)."""
+        return next(k for k in cls(1, 1, feature=feature).state_dict() if k.endswith(".weight"))
 
     def table(self) -> torch.Tensor:
         """The whole table ``(num_items + 1, D)`` for full-corpus scoring: the weight itself when this process
@@ -76,4 +131,4 @@ class ItemEmbedding(nn.Module):
         weight = self.tables.weight(self.table_name)
         if weight is not None:
             return weight
-        return self.lookup(self.all_ids)
+        return self.lookup(self._all_ids)

@@ -8,7 +8,7 @@ data-dependent shape ``torch.export`` cannot capture. :class:`UserTower` compute
 tensors: it looks items up in a copy of the item table, keeps the most recent ``max_len`` items of each sequence
 (as genrec's evaluation does) and pads every sequence to the fixed length ``max_len``, so every shape depends only
 on the input sizes ``N`` and ``B``. With causal attention the padding after a sequence never reaches its real
-positions, so the outputs equal the in-framework ones (checked by ``genrec.export.cli.tower_parity``). Both
+positions, so the outputs equal the in-framework ones (checked by ``genrec.export.retrieval.tower_parity``). Both
 encoders qualify: SASRec and HSTU (its padded reference attention, with the time bias when the run's data had
 timestamps: the tower then also takes every item's time and the time of the request).
 """
@@ -111,7 +111,7 @@ class UserTower(nn.Module):
     ``SequentialRecommender.user_embeddings`` on the same histories (for ``table_dtype="fp32"``).
 
     Args:
-        model: a trained recommender whose encoder has ``forward_padded((B, L, D), lengths, ...)`` and ``max_len``.
+        model: a trained recommender whose encoder is exportable (``SequenceEncoder.forward_padded``).
         with_time: HSTU trained on data with timestamps: the tower takes the items' times and the request's.
         table_dtype: the item table the tower looks the history up in (:data:`TABLE_DTYPES`).
     """
@@ -119,12 +119,12 @@ class UserTower(nn.Module):
     def __init__(self, model: SequentialRecommender, with_time: bool = False, table_dtype: str = "fp32"):
         super().__init__()
         encoder = model.encoder
-        if not hasattr(encoder, "forward_padded") or not hasattr(encoder, "max_len"):
+        if not encoder.exportable:
             raise UserError(f"{type(encoder).__name__} cannot be exported: the encoder needs forward_padded() "
-                            "and max_len (see genrec/models/sasrec.py, genrec/models/hstu.py)")
+                            "(see genrec/models/encoder.py)")
         if table_dtype not in TABLE_DTYPES:
             raise UserError(f"table_dtype must be one of {TABLE_DTYPES}, got {table_dtype!r}")
-        self.encoder, self.max_len, self.cosine = encoder, int(encoder.max_len), model.similarity == "cosine"
+        self.encoder, self.max_len, self.similarity = encoder, int(encoder.max_len), model.similarity
         self.with_time, self.table_dtype = with_time, table_dtype
         self.items = item_table(model.item_embedding.table(), table_dtype)
         self.dim = model.item_embedding.dim
@@ -168,7 +168,7 @@ class UserTower(nn.Module):
         else:
             states = self.encoder.forward_padded(padded, kept)
         query = states[torch.arange(batch, device=item_ids.device), kept - 1]
-        return F.normalize(query, dim=-1) if self.cosine else query
+        return self.similarity.prepare(query)
 
 
 def tower_inputs(tower: UserTower, batch: JaggedBatch) -> tuple[torch.Tensor, ...]:

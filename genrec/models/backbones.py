@@ -6,8 +6,8 @@ Every backbone is used in two ways:
   interface), for training and for decoding without a cache;
 * ``prefill`` / ``step`` / ``select``: KV-cached decoding of left-padded batches, one token per row per step.
 
-:func:`as_backbone` wraps genrec's own encoders: SASRec (a GPT-style pre-norm transformer) gets a KV cache over its
-own weights; any other :class:`SequenceEncoder` (HSTU, ...) runs uncached. :class:`HFCausalLM` is any
+:func:`as_backbone` wraps genrec's own encoders: one that offers a KV-cached backbone gets it (SASRec, a GPT-style
+pre-norm transformer: :class:`CachedSASRec`); any other :class:`SequenceEncoder` (HSTU, ...) runs uncached. :class:`HFCausalLM` is any
 `transformers` decoder-only model (a fresh one from a config, or a checkpoint on disk by name).
 """
 from __future__ import annotations
@@ -185,14 +185,12 @@ class CachedSASRec(EncoderBackbone):
 
 
 def as_backbone(module: nn.Module) -> TokenBackbone:
-    """A token backbone from a config's module: backbones as they are, SASRec with a KV cache, any other
-    SequenceEncoder without one."""
+    """A token backbone from a config's module: backbones as they are, a SequenceEncoder with the KV-cached backbone
+    it offers (:meth:`~genrec.models.encoder.SequenceEncoder.cached_backbone`: SASRec's), or uncached."""
     if isinstance(module, TokenBackbone):
         return module
-    if isinstance(module, SASRec):
-        return CachedSASRec(module)
     if isinstance(module, SequenceEncoder):
-        return EncoderBackbone(module)
+        return module.cached_backbone() or EncoderBackbone(module)
     raise UserError(f"model.backbone: expected a SequenceEncoder or a TokenBackbone, got {type(module).__name__}")
 
 

@@ -8,6 +8,8 @@ recommender, so the similarity (dot or cosine) used to train is the one used to 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,6 +18,8 @@ from genrec.errors import UserError
 from genrec.ops.sampled_softmax import sampled_logits
 
 NEGATIVE_SOURCES = ("uniform", "in_batch", "mixed")
+#: ``count -> (count,)`` item IDs: where a caller's uniform negatives come from (e.g. the stream's resident rows)
+Draw = Callable[[int], torch.Tensor]
 
 
 class SampledSoftmaxLoss(nn.Module):
@@ -64,18 +68,20 @@ class SampledSoftmaxLoss(nn.Module):
         from ``generator`` (default: the global random state)."""
         return torch.randint(1, num_items + 1, (self._num_uniform(m),), device=device, generator=generator)
 
-    def item_ids(self, positive_ids: torch.Tensor, num_items: int,
-                 generator: torch.Generator | None = None) -> torch.Tensor | None:
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int, generator: torch.Generator | None = None,
+                 draw: Draw | None = None) -> torch.Tensor | None:
         """``(M,)`` positives -> ``None`` (the whole table, when it has fewer rows than the lookup below: see the
         class doc) or ``(M + R' + U,)``: the positives, then ``R' = R`` (or ``M * R`` per position,
         position-major) uniform negatives (from ``generator``; default: the global random state) and/or the
-        ``U <= M`` distinct positives (in-batch negatives)."""
+        ``U <= M`` distinct positives (in-batch negatives). ``draw``: where the uniform negatives come from
+        instead of ``1..num_items`` (then the IDs are always named, never the whole table)."""
         m = len(positive_ids)
-        if num_items + 1 < m + self._uniform * self._num_uniform(m) + self._in_batch * m:
+        if draw is None and num_items + 1 < m + self._uniform * self._num_uniform(m) + self._in_batch * m:
             return None
         parts = [positive_ids]
         if self._uniform:
-            parts.append(self._draw(m, num_items, positive_ids.device, generator))
+            parts.append(self._draw(m, num_items, positive_ids.device, generator) if draw is None
+                         else draw(self._num_uniform(m)).to(positive_ids.device))
         if self._in_batch:
             parts.append(torch.unique(positive_ids))
         return torch.cat(parts)
@@ -121,10 +127,10 @@ class FullSoftmaxLoss(nn.Module):
         super().__init__()
         self.temperature = temperature
 
-    def item_ids(self, positive_ids: torch.Tensor, num_items: int,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
-        """Every item ``1..num_items`` (padding left out): ``(num_items,)`` (nothing is drawn: ``generator`` is
-        accepted for the interface's sake)."""
+    def item_ids(self, positive_ids: torch.Tensor, num_items: int, generator: torch.Generator | None = None,
+                 draw: Draw | None = None) -> torch.Tensor:
+        """Every item ``1..num_items`` (padding left out): ``(num_items,)`` (nothing is drawn: ``generator`` and
+        ``draw`` are accepted for the interface's sake)."""
         return torch.arange(1, num_items + 1, device=positive_ids.device)
 
     def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,

@@ -2,39 +2,44 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import PAD_ITEM
-from genrec.embedding import ItemEmbedding
+from genrec.embedding import ItemEmbedding, ItemEmbeddingInterface
 from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import UserError
 from genrec.models.encoder import SequenceEncoder
-
-SIMILARITIES = ("dot", "cosine")
+from genrec.models.losses import Draw
+from genrec.models.similarity import Similarity, as_similarity
 
 
 class SequentialRecommender(nn.Module):
     """Scores items for a user as ``sim(user_state, item_embedding)``.
 
     Args:
-        item_embedding: the item table (unsharded :class:`ItemEmbedding`, or a sharded one with the same interface).
+        item_embedding: the item table (an :class:`~genrec.embedding.ItemEmbeddingInterface`: the static table,
+            sharded or not, or the dynamic one).
         encoder: any :class:`SequenceEncoder` of the same width.
-        similarity: ``"dot"`` or ``"cosine"`` (both sides L2-normalised); the loss and the ranking use the same.
+        similarity: a :class:`~genrec.models.similarity.Similarity` or its name (``"dot"``, ``"cosine"``); the loss,
+            the ranking and the export use the same.
         features: side features and actions (:class:`FeatureEmbedding`), or ``None``: item IDs only. Item side
             features are added to the item's vector on both sides; actions and user features to the inputs only.
     """
 
-    def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot",
+    def __init__(self, item_embedding: ItemEmbeddingInterface, encoder: SequenceEncoder, similarity: str | Similarity = "dot",
                  features: FeatureEmbedding | None = None):
         super().__init__()
-        if similarity not in SIMILARITIES:
-            raise UserError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
         if item_embedding.dim != encoder.dim:
             raise UserError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
-        self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, similarity
+        self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, as_similarity(similarity)
         self.features = features
+
+    @staticmethod
+    def item_table_key(prefix: str = "model.") -> str:
+        """The state-dict key of a static item table's weight in a checkpoint whose recommender sits at ``prefix``
+        (a retrieval task holds it as ``model``): what reads a trained item table without building the task."""
+        return f"{prefix}item_embedding.{ItemEmbedding.weight_key()}"
 
     @property
     def num_items(self) -> int:
@@ -43,9 +48,6 @@ class SequentialRecommender(nn.Module):
     def sequence_stacks(self) -> list[nn.Module]:
         """The modules that carry the training step's compute (``compile=true`` compiles their forward)."""
         return [self.encoder]
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x, dim=-1) if self.similarity == "cosine" else x
 
     def _add_features(self, batch: JaggedBatch, features, inputs: torch.Tensor, lookup: torch.Tensor | None = None,
                       items: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -72,26 +74,40 @@ class SequentialRecommender(nn.Module):
         """``(N, D)`` user state after every position of the batch (normalised for cosine similarity)."""
         features = batch.to_kjt()
         embeddings, _ = self._add_features(batch, features, self.item_embedding(features))
-        return self._norm(self.encoder(embeddings, batch.offsets, batch.timestamps, batch.query_timestamps))
+        return self.similarity.prepare(self.encoder(embeddings, batch.offsets, batch.timestamps,
+                                                    batch.query_timestamps))
 
-    def training_loss(self, batch: JaggedBatch, loss: nn.Module) -> torch.Tensor:
-        """Mean next-item loss over the ``N`` positions of a training batch. The input items and the items
-        ``loss`` scores (or, when it asks for ``None``, the whole table, normalised once for cosine similarity)
-        are looked up together: one call into the embedding collection per step."""
-        item_ids = loss.item_ids(batch.target_ids, self.num_items)  # None: the whole table
+    def training_loss(self, batch: JaggedBatch, loss: nn.Module, targets: torch.Tensor | None = None,
+                      draw: Draw | None = None) -> torch.Tensor:
+        """Mean next-item loss over the target positions of a training batch: every position, or those of the
+        ``(N,)`` bool mask ``targets``. ``loss.item_ids`` names the items it scores (negatives from ``1..num_items``,
+        or from ``draw``); see :meth:`candidates_loss`."""
+        positives = batch.target_ids if targets is None else batch.target_ids[targets]
+        return self.candidates_loss(batch, loss, loss.item_ids(positives, self.num_items, draw=draw), targets)
+
+    def candidates_loss(self, batch: JaggedBatch, loss: nn.Module, item_ids: torch.Tensor | None,
+                        targets: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`training_loss` with the loss's candidates already drawn: ``item_ids (C,)``, or ``None`` for the
+        whole table (normalised once for cosine similarity). The input items and the candidates are looked up
+        together: one call into the embedding collection per step."""
         lookup = self.item_embedding.all_ids if item_ids is None else item_ids
         features = batch.to_kjt()
         inputs, items = self.item_embedding.forward_with_items(features, lookup)
         inputs, items = self._add_features(batch, features, inputs, lookup, items)
-        return self.loss_from_embeddings(batch, loss, item_ids, inputs, items)
+        return self.loss_from_embeddings(batch, loss, item_ids, inputs, items, targets)
 
     def loss_from_embeddings(self, batch: JaggedBatch, loss: nn.Module, item_ids: torch.Tensor | None,
-                             inputs: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        """The rest of :meth:`training_loss` once the ``(N, D)`` input embeddings and the ``(C, D)`` embeddings of
+                             inputs: torch.Tensor, items: torch.Tensor, targets: torch.Tensor | None = None
+                             ) -> torch.Tensor:
+        """The rest of :meth:`candidates_loss` once the ``(N, D)`` input embeddings and the ``(C, D)`` embeddings of
         ``item_ids`` (``None``: the whole table, ``C = num_items + 1``) were looked up (genrec.dist.pipeline looks
         them up ahead, from a batch that carries them as a KeyedJaggedTensor; side features are refused there)."""
-        states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
-        return loss(states, batch.target_ids, item_ids, self._norm(items))
+        states = self.similarity.prepare(self.encoder(inputs, batch.offsets, batch.timestamps,
+                                                      batch.query_timestamps))
+        positives = batch.target_ids
+        if targets is not None:
+            states, positives = states[targets], positives[targets]
+        return loss(states, positives, item_ids, self.similarity.prepare(items))
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
@@ -100,12 +116,12 @@ class SequentialRecommender(nn.Module):
     def item_vectors(self, ids: torch.Tensor) -> torch.Tensor:
         """``(*,)`` item IDs -> ``(*, D)`` vectors on the scoring side."""
         vectors, side = self.item_embedding.lookup(ids), self._item_side(ids)
-        return self._norm(vectors if side is None else vectors + side)
+        return self.similarity.prepare(vectors if side is None else vectors + side)
 
     def all_item_vectors(self) -> torch.Tensor:
         """``(num_items + 1, D)`` every item's vector (row 0 is padding)."""
         table, side = self.item_embedding.table(), self._item_side()
-        return self._norm(table if side is None else table + side)
+        return self.similarity.prepare(table if side is None else table + side)
 
     def score_all(self, batch: JaggedBatch, item_vectors: torch.Tensor | None = None) -> torch.Tensor:
         """``(B, num_items + 1)`` score of every item for each sequence; the padding column is ``-inf``.

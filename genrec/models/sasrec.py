@@ -85,6 +85,12 @@ class SASRec(SequenceEncoder):
         ``repeat_interleave``), so compiling the whole :meth:`forward` broke the graph 6 times a call."""
         self.forward_padded = torch.compile(self.forward_padded, *args, **kwargs)
 
+    def cached_backbone(self) -> "CachedSASRec":
+        """SASRec is a GPT-style pre-norm transformer: decoding keeps a KV cache over its own weights."""
+        from genrec.models.backbones import CachedSASRec
+
+        return CachedSASRec(self)
+
     def forward(self, embeddings: torch.Tensor, offsets: torch.Tensor, timestamps: torch.Tensor | None = None,
                 query_timestamps: torch.Tensor | None = None) -> torch.Tensor:
         """``(N, D)`` jagged embeddings -> ``(N, D)`` states; timestamps are not used by SASRec."""

@@ -2,23 +2,25 @@
 on a dynamic item table keyed by raw item IDs, its dense optimizer, and the three things the trainer asks of it —
 query vectors for prequential prediction, item vectors of candidates, and a training step on a micro-batch.
 
-Negatives: the sampled softmax (:class:`~genrec.models.losses.SampledSoftmaxLoss`) draws its uniform negatives
-from ``1..num_items`` in offline training; here items are raw IDs, so they are drawn uniformly from the items the
-table holds in memory (tier 0) plus the batch's own items, with the same layout and the same global random
-state (which the checkpoints save). In-batch negatives need nothing else.
+The step is offline training's: the recommender's own ``training_loss`` over the micro-batch's target positions,
+and AdamW over offline training's parameter groups (:func:`genrec.training.task.parameter_groups`). One thing
+differs: the sampled softmax (:class:`~genrec.models.losses.SampledSoftmaxLoss`) draws its uniform negatives from
+``1..num_items`` offline; here items are raw IDs, so the learner hands the loss a ``draw`` from the items the table
+holds in memory (tier 0) plus the batch's own items, with the same global random state (which the checkpoints
+save). In-batch negatives need nothing else.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from genrec.embedding.dynamic import DynamicItemEmbedding, DynamicTable
 from genrec.errors import ConfigError
-from genrec.models.losses import SampledSoftmaxLoss
+from genrec.models.losses import Draw, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.stream.examples import Examples
+from genrec.training.task import parameter_groups
 
 
 def resident_ids(table: DynamicTable) -> np.ndarray:
@@ -44,11 +46,7 @@ class Learner:
                                             "a sampled softmax (loss@model.loss=sampled)")
         self.model, self.loss, self.grad_clip = model, loss, grad_clip
         model.item_embedding.external_checkpoint = True  # the trainer checkpoints the table itself
-        decay, no_decay = [], []
-        for p in model.parameters():
-            (no_decay if p.ndim < 2 or _is_embedding(model, p) else decay).append(p)
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                            {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=tuple(betas))
+        self.optimizer = torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=tuple(betas))
 
     @property
     def embedding(self) -> DynamicItemEmbedding:
@@ -57,9 +55,6 @@ class Learner:
     @property
     def table(self) -> DynamicTable:
         return self.embedding.local_table
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x, dim=-1) if self.model.similarity == "cosine" else x
 
     @torch.no_grad()
     def queries(self, examples: Examples) -> torch.Tensor:
@@ -73,36 +68,28 @@ class Learner:
         """``(C,)`` raw item IDs -> (``(C, D)`` scoring-side vectors, ``(C,)`` bool: the model holds a row for the
         item in memory). Items without one read the table's default row."""
         has_row = self.table.index.find(np.asarray(ids, dtype=np.int64)) >= 0
-        return self._norm(self.table.read(ids)), has_row
+        return self.model.similarity.prepare(self.table.read(ids)), has_row
 
-    def _item_ids(self, positives: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
-        """The loss's ``item_ids`` layout (positives, uniform negatives, in-batch positives) with the uniform
-        negatives drawn from ``pool``."""
-        parts = [positives]
-        loss = self.loss
-        if loss.negatives in ("uniform", "mixed"):
-            draws = torch.randint(0, len(pool), (loss._num_uniform(len(positives)),))
-            parts.append(pool[draws])
-        if loss.negatives in ("in_batch", "mixed"):
-            parts.append(torch.unique(positives))
-        return torch.cat(parts)
+    def draw(self, examples: Examples) -> Draw:
+        """Uniform negatives for ``examples``: from the rows in tier 0 and the batch's own items."""
+        batch = examples.batch
+        pool = torch.from_numpy(np.concatenate([resident_ids(self.table), np.unique(batch.item_ids.numpy()),
+                                                np.unique(batch.target_ids[examples.mask].numpy())]))
+        return lambda count: pool[torch.randint(0, len(pool), (count,))]
+
+    def loss_of(self, examples: Examples) -> torch.Tensor:
+        """The training loss at the masked positions of ``examples`` (the recommender's own ``training_loss``)."""
+        return self.model.training_loss(examples.batch, self.loss, examples.mask, self.draw(examples))
 
     def train(self, examples: Examples, event_time: int | None = None) -> float:
-        """One step on the targets of ``examples``: the loss at the masked positions, the table's fused update
-        and AdamW on the dense parameters. Returns the loss."""
+        """One step on the targets of ``examples``: :meth:`loss_of`, the table's fused update and AdamW on the
+        dense parameters. Returns the loss."""
         if examples.num_targets == 0:
             return float("nan")
         self.model.train()
         if event_time is not None:
             self.embedding.set_event_time(event_time)
-        batch = examples.batch
-        positives = batch.target_ids[examples.mask]
-        pool = torch.from_numpy(np.concatenate([resident_ids(self.table), np.unique(batch.item_ids.numpy()),
-                                                np.unique(positives.numpy())]))
-        item_ids = self._item_ids(positives, pool)
-        inputs, items = self.embedding.forward_with_items(batch.to_kjt(), item_ids)
-        states = self._norm(self.model.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
-        loss = self.loss(states[examples.mask], positives, item_ids, self._norm(items))
+        loss = self.loss_of(examples)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip:
@@ -110,6 +97,3 @@ class Learner:
         self.optimizer.step()
         return float(loss.detach())
 
-
-def _is_embedding(model: nn.Module, parameter: nn.Parameter) -> bool:
-    return any(parameter is p for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters())

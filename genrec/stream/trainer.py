@@ -170,7 +170,8 @@ class StreamTrainer:
         self.prequential = Prequential(self.methods, tuple(p.ks), int(p.window_events), int(p.window_seconds),
                                        p.from_time, self.preq_csv) if p.enabled else None
         e = cfg.export
-        self.exporter = HotExporter(self.run_dir / "exports", e.indexes, e.default_index, int(e.keep), e.parity) \
+        self.exporter = HotExporter(self.run_dir / "exports", model_name, e.indexes, e.default_index, int(e.keep),
+                                    e.parity) \
             if (e.every_events or e.every_seconds) else None
         self.counts = {"records": 0, "accepted": 0, "targets": 0, "cold": 0, "steps": 0,
                        **{f"rejected_{r}": 0 for r in REASONS}}

@@ -289,15 +289,13 @@ class CollaborativeEncoder:
         checkpoint: ``best`` (the checkpoint its ``metrics.json`` names) or ``last``.
     """
 
-    #: the item table in a retrieval task's state dict (genrec.embedding.ItemEmbedding inside the recommender)
-    TABLE_KEY = "model.item_embedding.tables.collection.embeddings.item_table.weight"
-
     def __init__(self, run_dir: str, checkpoint: str = "best"):
         self.run_dir, self.checkpoint = Path(run_dir), checkpoint
 
     def encode(self, data: SequenceData) -> ItemEmbeddings:
         from genrec.data.datamodule import load_dataset
         from genrec.dist.checkpoint import read_tensor
+        from genrec.models.recommender import SequentialRecommender
         from genrec.runs import RunFolder
 
         run = RunFolder.existing(self.run_dir, "encoder.run_dir")
@@ -309,7 +307,7 @@ class CollaborativeEncoder:
             raise DataError(self.run_dir, f"the run was trained on {cfg.data.name!r} with {len(theirs)} items, not on "
                                           f"the {len(ours)} items of {data.name!r} in the same order; tokenize with "
                                           "the run's data config", key="encoder.run_dir")
-        table = read_tensor(checkpoint, self.TABLE_KEY).float().numpy()
+        table = read_tensor(checkpoint, SequentialRecommender.item_table_key()).float().numpy()
         return ItemEmbeddings(np.ascontiguousarray(table[1:], dtype=np.float32),
                               {"encoder": "collaborative", "run_dir": str(self.run_dir),
                                "checkpoint": self.checkpoint, "model": cfg.model.name})

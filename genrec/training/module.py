@@ -61,19 +61,19 @@ class RetrievalTask(RecommenderTask):
     def on_train_batch_start(self, batch: JaggedBatch, batch_idx: int) -> None:
         """A dynamic item table (genrec.embedding.dynamic) expires rows by event time: the batch's latest event."""
         times = batch.query_timestamps if batch.query_timestamps is not None else batch.timestamps
-        if times is not None and times.numel() and hasattr(self.model.item_embedding, "set_event_time"):
+        if times is not None and times.numel():
             self.model.item_embedding.set_event_time(int(times.max()))
 
     def on_train_epoch_end(self) -> None:
         """A dynamic item table's counters into the run's logs, once per epoch."""
-        embedding = self.model.item_embedding
-        if hasattr(embedding, "counters"):
-            self.log_dict({f"item_table/{k}": float(v) for k, v in embedding.counters().items()})
+        counters = self.model.item_embedding.counters()
+        if counters:
+            self.log_dict({f"item_table/{k}": float(v) for k, v in counters.items()})
 
     def run_info(self) -> dict[str, Any]:
         """A dynamic item table's counters (admitted, evicted, live rows, hits per tier, ...), this process's."""
-        embedding = self.model.item_embedding
-        return {"item_table": embedding.counters()} if hasattr(embedding, "counters") else {}
+        counters = self.model.item_embedding.counters()
+        return {"item_table": counters} if counters else {}
 
     def make_scorer(self) -> Scorer:
         # every item's vector once per pass (for a sharded table: one gather of all rows, a collective call)

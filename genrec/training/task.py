@@ -37,6 +37,17 @@ def lr_factor(step: int, warmup_steps: int, schedule: str, total_steps: float) -
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW's parameter groups over the parameters of ``model`` not updated by a fused (in-backward) optimizer:
+    ``weight_decay`` on matrices, none on biases, norms and embedding tables. Offline tasks and the stream's learner
+    build their optimizer from these."""
+    tables = {id(p) for m in model.modules() if isinstance(m, (nn.Embedding, EmbeddingTables)) for p in m.parameters()}
+    decay, no_decay = [], []
+    for _, p in in_backward_optimizer_filter(model.named_parameters()):
+        (no_decay if p.ndim < 2 or id(p) in tables else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 class RecommenderTask(L.LightningModule):
     """Trains ``model`` with :meth:`training_loss`; validates and tests by ranking every item with the scorer of
     :meth:`make_scorer` (metrics logged as ``val/<metric>`` and ``test/<metric>``).
@@ -114,13 +125,7 @@ class RecommenderTask(L.LightningModule):
     def configure_optimizers(self):
         """AdamW over the parameters not updated by a fused (in-backward) optimizer, with the optional warm-up and
         decay (:func:`lr_factor`)."""
-        tables = {id(p) for m in self.model.modules() if isinstance(m, (nn.Embedding, EmbeddingTables))
-                  for p in m.parameters()}
-        decay, no_decay = [], []
-        for _, p in in_backward_optimizer_filter(self.model.named_parameters()):
-            (no_decay if p.ndim < 2 or id(p) in tables else decay).append(p)
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.lr, betas=self.betas)
+        optimizer = torch.optim.AdamW(parameter_groups(self.model, self.weight_decay), lr=self.lr, betas=self.betas)
         if not self.warmup_steps and self.schedule == "constant":
             return optimizer
         total_steps = self.trainer.estimated_stepping_batches

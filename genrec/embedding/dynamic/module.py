@@ -1,4 +1,4 @@
-"""The dynamic item table behind the interface models already use (:class:`genrec.embedding.ItemEmbedding`).
+"""The dynamic item table behind the interface models already use (:class:`genrec.embedding.ItemEmbeddingInterface`).
 
 ``forward``, ``forward_with_items``, ``lookup`` and ``table`` behave as ItemEmbedding's, so SequentialRecommender
 (SASRec, HSTU) trains on it unchanged. In training mode (with gradients) each call is one table step: its IDs are
@@ -21,6 +21,7 @@ from torch import nn
 from torchrec import KeyedJaggedTensor
 
 from genrec.data.batch import ITEM_FEATURE
+from genrec.embedding.item_embedding import ItemEmbeddingInterface
 from genrec.embedding.dynamic.checkpoint import load_state, shard_state
 from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.prefetch import Prefetcher
@@ -28,7 +29,7 @@ from genrec.embedding.dynamic.sharded import ShardedDynamicTable
 from genrec.embedding.dynamic.table import DynamicTable, as_bytes, lookup
 
 
-class DynamicItemEmbedding(nn.Module):
+class DynamicItemEmbedding(ItemEmbeddingInterface):
     """Item IDs ``0..num_items`` (or any raw int64 IDs) -> rows of a dynamic table.
 
     Args:
