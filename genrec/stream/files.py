@@ -6,7 +6,8 @@ with ``.``, both ignored) and rename it. A file is never re-read, so it must not
 extension: ``.parquet``, ``.csv`` (a header line naming the fields), ``.jsonl`` / ``.json`` (one JSON object per
 line). A line that cannot be parsed is a ``malformed`` record at its line (``events-3.jsonl:17``); a file that
 appears with a name sorting before files already read is reported as ``late_file`` (it is not read: its events
-would arrive out of order).
+would arrive out of order). Values are handed over as read, in object columns (a Parquet integer column with nulls
+keeps its integers): the IDs are decided record by record (:mod:`genrec.stream.events`).
 
 The offset is ``{"file": name, "row": r}``: the next record is data row ``r`` (0-based) of file ``name``, and every
 file sorting before ``name`` is consumed. :meth:`DirectorySource.commit` writes it to ``commit_path`` (by default
@@ -20,6 +21,7 @@ import io
 import json
 import os
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from genrec.errors import ConfigError
-from genrec.stream.events import Records
+from genrec.stream.events import Records, record_frame
 from genrec.stream.source import Source
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+_JSON = json.JSONDecoder(parse_float=Decimal)  # numbers with a fraction exactly: 9007199254740993.0 is not 2^53
 
 
 def event_files(folder: Path) -> list[str]:
@@ -50,7 +53,7 @@ class _File:
         self.broken: dict[int, tuple[str, str]] = {}
         self.lines: list[str] | None = None
         if self.format == "parquet":
-            self.frame = pq.read_table(path).to_pandas()
+            self.frame = pq.read_table(path).to_pandas(integer_object_nulls=True)  # nulls must not make floats
         elif self.format == "csv":
             self.frame = self._csv(path)
         else:
@@ -81,13 +84,13 @@ class _File:
         records: list[dict] = []
         for i, line in enumerate(self.lines):
             try:
-                record = json.loads(line)
+                record = _JSON.decode(line)
             except ValueError as err:
                 record, self.broken[i] = {}, ("malformed", f"not JSON ({err.args[0] if err.args else err})")
             if not isinstance(record, dict):
                 record, self.broken[i] = {}, ("malformed", f"not a JSON object: {line[:80]!r}")
             records.append(record)
-        return pd.DataFrame.from_records(records) if records else pd.DataFrame()
+        return record_frame(records)
 
     def position(self, row: int) -> str:
         """A record's place in the file: the line for text files (CSV counts its header), the row for Parquet."""
@@ -205,14 +208,14 @@ class DirectorySource(Source):
             broken[len(raws)] = ("late_file", f"{name} appeared after later files were read: not read (files must "
                                               "appear in name order)")
             raws.append({"file": name})
-            frames.append(pd.DataFrame([{}]))
+            frames.append(record_frame([{}]))
         for file, start, stop in parts:
             for row in range(start, stop):
                 if row in file.broken:
                     broken[len(raws)] = file.broken[row]
                 raws.append(file.raw(row) if row in file.broken else (file, row))
                 positions.append(file.position(row))
-            frames.append(file.frame.iloc[start:stop])
+            frames.append(file.frame.iloc[start:stop].astype(object))  # a batch mixing files keeps every value
             arrival.extend([file.arrival] * (stop - start))
         frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         return Records(frame, positions, end=dict(self._offset) if self._offset else None,
