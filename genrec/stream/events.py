@@ -28,7 +28,9 @@ Reasons a record is rejected (each counted, logged with its offset and written t
 * ``unknown_type`` — a ``type`` outside ``event_types``;
 * ``duplicate`` — an event ID seen before (in any earlier batch or earlier in the same batch);
 * ``out_of_order`` — earlier than its user's latest accepted event by more than ``allowed_lateness`` seconds;
-* ``late_file`` — (directory source) a file that appeared with a name sorting before files already read.
+* ``late_file`` — (directory source) a file the stream has not read whose name sorts before the read position
+  (it appeared after later files were read, while the stream ran or while it was stopped): not read, its name
+  dead-lettered.
 """
 from __future__ import annotations
 

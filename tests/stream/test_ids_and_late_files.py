@@ -1,9 +1,12 @@
-"""IDs are never floats (issue 47, item 2).
+"""IDs are never floats, and no event file is lost silently (issue 47, items 2 and 3).
 
 IDs: the same events, with missing fields and bad records beside IDs above 2^53, at 2^63 - 1, 2^63 and 2^64 - 1,
 written as JSONL, CSV and Parquet (and sent to Redis) give the same user and item IDs and the same rejections as
 the rules of :mod:`genrec.stream.events` computed by hand: an integer within int64 is itself, one beyond int64 is
 the hash of its decimal text, a number with a fraction is an ID only when integral and within +-2^53.
+
+Late files: a file that appears while genrec-stream is stopped, sorting before the read position, is dead-lettered
+as ``late_file`` on resume (once: the offset then counts it consumed), by the source and through a resumed run.
 """
 from __future__ import annotations
 
@@ -18,11 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from genrec.embedding.dynamic.hashing import string_ids
+from genrec.runs import RunFolder
+from genrec.stream import cli
 from genrec.stream.events import EventSchema, Records, parse, parse_ids
-from genrec.stream.files import DirectorySource
+from genrec.stream.files import DirectorySource, write_event_files
 from genrec.stream.redis_streams import RedisStreamSource
 from genrec.stream.trainer import concat_records
-from tests.stream.helpers import redis_server_path
+from tests.stream.helpers import TINY, compose_stream, redis_server_path, tiny_events
 
 FIELDS = ["event_id", "user_id", "item_id", "timestamp"]
 BIG = 2**60  # floats are 256 apart here: BIG + 1 ... BIG + 6 were one float
@@ -144,3 +149,85 @@ def test_a_number_with_a_fraction_is_an_id_only_when_exact(tmp_path):
     source.restore(None)
     item = int(string_ids(["12e5"])[0])
     assert _outcome(source.read(100)) == ({"1700000000.5": (1, item, 5), "1700000000.5x": (1, item, 5)}, [])
+
+
+def _drain(source: DirectorySource) -> tuple[list[str], list[tuple[int, str]], dict]:
+    """Everything the source has now: (positions, (row, reason) of the broken records, the end offset)."""
+    positions, broken, end = [], [], None
+    while True:
+        records = source.read(100)
+        if not len(records):
+            return positions, broken, records.end if end is None else end
+        broken += [(len(positions) + row, why[0]) for row, why in sorted(records.broken.items())]
+        positions += records.positions
+        end = records.end
+
+
+def test_a_file_that_appeared_while_stopped_is_dead_lettered_on_resume(tmp_path):
+    frame = tiny_events(users=10, items=20).iloc[:40]
+    write_event_files(frame.iloc[:20], tmp_path, 10, "csv", prefix="b")
+    source = DirectorySource(str(tmp_path), poll_seconds=0.01)
+    source.restore(None)
+    _, _, stopped_at = _drain(source)  # the offset the last checkpoint of the stopped run holds
+    # while it is stopped: a file sorting before the position, and one after it
+    write_event_files(frame.iloc[20:30], tmp_path, 10, "csv", prefix="a")
+    write_event_files(frame.iloc[30:40], tmp_path, 10, "csv", prefix="c")
+    resumed = DirectorySource(str(tmp_path), poll_seconds=0.01)
+    resumed.restore(stopped_at)
+    positions, broken, end = _drain(resumed)
+    assert positions == ["a-000000.csv"] + [f"c-000000.csv:{line}" for line in range(2, 12)]
+    assert broken == [(0, "late_file")]
+    assert stopped_at == {"file": "b-000001.csv", "row": 10, "consumed": ["b-000000.csv"]}
+    assert end == {"file": "c-000000.csv", "row": 10, "consumed": ["a-000000.csv", "b-000000.csv", "b-000001.csv"]}
+    again = DirectorySource(str(tmp_path), poll_seconds=0.01)
+    again.restore(end)  # dead-lettered once: a later resume does not report it again
+    assert _drain(again)[0] == []
+    again.restore(stopped_at)  # a crash before the checkpoint that held it: reported again, with what follows
+    assert _drain(again)[:2] == (positions, broken)
+    # an offset of the older form ({"file", "row"}) still loads: what is in the folder before it counts as read
+    again.restore({"file": "b-000001.csv", "row": 10})
+    assert _drain(again)[:2] == (positions[1:], [])
+
+
+def test_the_offset_lists_only_consumed_files_still_in_the_folder(tmp_path):
+    frame = tiny_events(users=10, items=20).iloc[:40]
+    write_event_files(frame.iloc[:30], tmp_path, 10, "jsonl", prefix="b")
+    source = DirectorySource(str(tmp_path), poll_seconds=0.01)
+    source.restore(None)
+    _, _, end = _drain(source)
+    assert end["consumed"] == ["b-000000.jsonl", "b-000001.jsonl"]
+    (tmp_path / "b-000000.jsonl").unlink()  # a cleaner deletes what was consumed
+    write_event_files(frame.iloc[30:40], tmp_path, 10, "jsonl", prefix="c")
+    positions, broken, end = _drain(source)
+    assert len(positions) == 10 and broken == []
+    assert end == {"file": "c-000000.jsonl", "row": 10, "consumed": ["b-000001.jsonl", "b-000002.jsonl"]}
+    resumed = DirectorySource(str(tmp_path), poll_seconds=0.01)
+    resumed.restore(end)
+    assert _drain(resumed)[0] == []
+
+
+def _run(tmp_path: Path, folder: Path, resume: bool = False) -> dict:
+    run_dir = tmp_path / "run"
+    if resume:
+        cfg = cli.resumed_config(RunFolder(run_dir).config(), [f"resume_from={run_dir}"])
+    else:
+        cfg = compose_stream(TINY + [f"source.path={folder}", "source.poll_seconds=0.05",
+                                     f"source.commit_path={tmp_path / 'commit.json'}",
+                                     f"model.embedding.store.path={tmp_path / 'store'}"])
+    return cli.run(cfg, run_dir)
+
+
+def test_a_resumed_run_dead_letters_the_file_that_appeared_while_it_was_stopped(tmp_path):
+    folder = tmp_path / "events"
+    frame = tiny_events(users=20, items=30)
+    write_event_files(frame.iloc[:100], folder, 50, "csv", prefix="b")
+    assert _run(tmp_path, folder)["counts"]["accepted"] == 100
+    write_event_files(frame.iloc[100:150], folder, 50, "csv", prefix="a")  # while it is stopped
+    write_event_files(frame.iloc[150:200], folder, 50, "csv", prefix="c")
+    counts = _run(tmp_path, folder, resume=True)["counts"]
+    assert counts["rejected_late_file"] == 1 and counts["accepted"] == 150 and counts["records"] == 151
+    letters = [json.loads(line) for line in (tmp_path / "run" / "dead_letters.jsonl").read_text().splitlines()]
+    assert [(d["position"], d["reason"], d["record"]) for d in letters] == [
+        ("a-000000.csv", "late_file", {"file": "a-000000.csv"})]
+    committed = json.loads((tmp_path / "commit.json").read_text())
+    assert committed["file"] == "c-000000.csv" and "a-000000.csv" in committed["consumed"]
