@@ -4,14 +4,23 @@ Files are read in the order of their names (producers name them so that this is 
 ``events-000042.parquet`` or a timestamp prefix) and must appear complete: write ``<name>.tmp`` (or a name starting
 with ``.``, both ignored) and rename it. A file is never re-read, so it must not change once visible. Formats by
 extension: ``.parquet``, ``.csv`` (a header line naming the fields), ``.jsonl`` / ``.json`` (one JSON object per
-line). A line that cannot be parsed is a ``malformed`` record at its line (``events-3.jsonl:17``); a file that
-appears with a name sorting before files already read is reported as ``late_file`` (it is not read: its events
-would arrive out of order).
+line). A line that cannot be parsed is a ``malformed`` record at its line (``events-3.jsonl:17``). Values are
+handed over as read, in object columns (a Parquet integer column with nulls keeps its integers): the IDs are
+decided record by record (:mod:`genrec.stream.events`).
 
-The offset is ``{"file": name, "row": r}``: the next record is data row ``r`` (0-based) of file ``name``, and every
-file sorting before ``name`` is consumed. :meth:`DirectorySource.commit` writes it to ``commit_path`` (by default
+No file is lost silently, whenever it appeared (also while the stream was stopped): a file whose name sorts after
+the read position is read in its turn; one the stream has not read whose name sorts before it (it appeared after
+later files were read) is not read, its events would arrive out of order: it is one ``late_file`` record, its name
+dead-lettered, and from then on it counts as consumed.
+
+The offset is ``{"file": name, "row": r, "consumed": [names]}``: the next record is data row ``r`` (0-based) of file
+``name``; ``consumed`` lists the files sorting before ``name`` that the stream consumed (read, or dead-lettered as
+late) and that were still in the folder, so that on resume every other file before ``name`` is found and reported
+late (the list is bounded by the folder: a file a cleaner deleted drops out of it). An offset of the older form
+``{"file", "row"}`` still loads: every file before ``name`` in the folder at resume then counts as consumed.
+:meth:`DirectorySource.commit` writes the offset to ``commit_path`` (by default
 ``<path>/.genrec-consumer-<group>.json``; atomically: a temporary file, fsync, rename), so a cleaner may delete the
-files before it. One file is held in memory while it is read.
+files before ``file``. One file is held in memory while it is read.
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import io
 import json
 import os
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +38,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from genrec.errors import ConfigError
-from genrec.stream.events import Records
+from genrec.stream.events import Records, record_frame
 from genrec.stream.source import Source
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+_JSON = json.JSONDecoder(parse_float=Decimal)  # numbers with a fraction exactly: 9007199254740993.0 is not 2^53
 
 
 def event_files(folder: Path) -> list[str]:
@@ -50,7 +61,7 @@ class _File:
         self.broken: dict[int, tuple[str, str]] = {}
         self.lines: list[str] | None = None
         if self.format == "parquet":
-            self.frame = pq.read_table(path).to_pandas()
+            self.frame = pq.read_table(path).to_pandas(integer_object_nulls=True)  # nulls must not make floats
         elif self.format == "csv":
             self.frame = self._csv(path)
         else:
@@ -81,13 +92,13 @@ class _File:
         records: list[dict] = []
         for i, line in enumerate(self.lines):
             try:
-                record = json.loads(line)
+                record = _JSON.decode(line)
             except ValueError as err:
                 record, self.broken[i] = {}, ("malformed", f"not JSON ({err.args[0] if err.args else err})")
             if not isinstance(record, dict):
                 record, self.broken[i] = {}, ("malformed", f"not a JSON object: {line[:80]!r}")
             records.append(record)
-        return pd.DataFrame.from_records(records) if records else pd.DataFrame()
+        return record_frame(records)
 
     def position(self, row: int) -> str:
         """A record's place in the file: the line for text files (CSV counts its header), the row for Parquet."""
@@ -135,24 +146,32 @@ class DirectorySource(Source):
         self.commit_path = Path(commit_path) if commit_path else self.path / f".genrec-consumer-{group}.json"
         self.poll_seconds = poll_seconds
         self.description = {"kind": "files", "path": str(self.path.resolve()), "group": group}
-        self._known: set[str] = set()
+        self._known: set[str] = set()  # files seen: before the read position, the consumed ones
         self._late: list[str] = []
         self._file: _File | None = None
         self._offset: dict[str, Any] | None = None  # {"file", "row"} of the next record; None: before any file
         self._row_counts: dict[str, int] = {}
 
     def restore(self, offset: dict[str, Any] | None) -> None:
-        self._offset = dict(offset) if offset else None
-        self._file = None
-        self._known = set(self._listing()) if offset else set()
+        self._offset = {"file": offset["file"], "row": int(offset["row"])} if offset else None
+        self._file, self._late = None, []
+        if not offset:
+            self._known = set()
+        elif "consumed" in offset:
+            self._known = set(offset["consumed"])  # any other file before the position is late
+        else:  # an offset of the older form: the files before it now count as consumed
+            self._known = set(self._listing())
 
     def _listing(self) -> list[str]:
         return event_files(self.path) if self.path.is_dir() else []
 
     def _refresh(self) -> list[str]:
-        """The current listing; files that appeared sorting before the read position are set aside as late."""
+        """The current listing; files not seen before that sort before the read position are set aside as late,
+        deleted files forgotten."""
         names = self._listing()
         current = self._offset["file"] if self._offset else None
+        if self.path.is_dir():
+            self._known.intersection_update(names)
         for name in names:
             if name not in self._known:
                 self._known.add(name)
@@ -205,19 +224,26 @@ class DirectorySource(Source):
             broken[len(raws)] = ("late_file", f"{name} appeared after later files were read: not read (files must "
                                               "appear in name order)")
             raws.append({"file": name})
-            frames.append(pd.DataFrame([{}]))
+            frames.append(record_frame([{}]))
         for file, start, stop in parts:
             for row in range(start, stop):
                 if row in file.broken:
                     broken[len(raws)] = file.broken[row]
                 raws.append(file.raw(row) if row in file.broken else (file, row))
                 positions.append(file.position(row))
-            frames.append(file.frame.iloc[start:stop])
+            frames.append(file.frame.iloc[start:stop].astype(object))  # a batch mixing files keeps every value
             arrival.extend([file.arrival] * (stop - start))
         frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        return Records(frame, positions, end=dict(self._offset) if self._offset else None,
+        return Records(frame, positions, end=self._end(),
                        arrival=np.array(arrival, dtype=np.float64), broken=broken,
                        raw=lambda row: raws[row] if not isinstance(raws[row], tuple) else raws[row][0].raw(raws[row][1]))
+
+    def _end(self) -> dict[str, Any] | None:
+        """The offset after what was read: the position and the consumed files before it (see the module doc)."""
+        if self._offset is None:
+            return None
+        current = self._offset["file"]
+        return {**self._offset, "consumed": sorted(n for n in self._known if n < current)}
 
     def commit(self, offset: dict[str, Any] | None) -> None:
         if offset is None:
@@ -235,7 +261,7 @@ class DirectorySource(Source):
         if not self.commit_path.exists():
             return None
         data = json.loads(self.commit_path.read_text())
-        return {"file": data["file"], "row": data["row"]}
+        return {key: data[key] for key in ("file", "row", "consumed") if key in data}
 
     def backlog(self) -> int:
         names = self._listing()

@@ -10,7 +10,8 @@ the consumer's pending entries up to that ID were trained and checkpointed but n
 acknowledged now without being read; the pending entries after it are delivered again, in order, before new ones
 (``XREADGROUP ... 0`` then ``>``). One trainer per consumer name: two processes reading as the same consumer would
 share its pending entries. An entry deleted from the stream while pending comes back without fields and is
-reported as ``malformed``. An entry's ID carries the time Redis received it, which gives the arrival time.
+reported as ``malformed``. An entry's ID carries the time Redis received it, which gives the arrival time. Fields
+are text, handed over as read (an absent field is None): IDs are decided by :mod:`genrec.stream.events`' rules.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from genrec.errors import ConfigError, UserError
-from genrec.stream.events import Records
+from genrec.stream.events import Records, record_frame
 from genrec.stream.source import Source
 
 
@@ -106,7 +107,7 @@ class RedisStreamSource(Source):
             self._position = ids[-1]
         broken = {i: ("malformed", "the entry was deleted from the stream before it was acknowledged")
                   for i, (_, fields) in enumerate(entries) if not fields}
-        frame = pd.DataFrame.from_records([fields or {} for _, fields in entries]) if entries else pd.DataFrame()
+        frame = record_frame([fields or {} for _, fields in entries])
         arrival = np.array([entry_key(e)[0] / 1000.0 for e in ids], dtype=np.float64)
         return Records(frame, ids, end=self._position, arrival=arrival, broken=broken,
                        raw=lambda row: {"id": entries[row][0], "fields": entries[row][1]})
@@ -133,13 +134,14 @@ class RedisStreamSource(Source):
 
 
 def publish(client, stream: str, frame: pd.DataFrame, chunk: int = 1000) -> int:
-    """``XADD`` every row of ``frame`` (in order) to ``stream``, one entry per event; returns the count."""
+    """``XADD`` every row of ``frame`` (in order) to ``stream``, one entry per event, its values as text (a missing
+    value is left out, not written as ``"nan"``); returns the count."""
     columns = list(frame.columns)
-    values = frame.astype(str).to_numpy()
+    values = frame.astype(object).to_numpy()
     for start in range(0, len(values), chunk):
         pipe = client.pipeline(transaction=False)
         for row in values[start:start + chunk]:
-            pipe.xadd(stream, dict(zip(columns, row)))
+            pipe.xadd(stream, {name: str(v) for name, v in zip(columns, row) if not pd.isna(v)})
         pipe.execute()
     return len(values)
 

@@ -39,8 +39,9 @@ def test_files_are_read_in_name_order_with_row_offsets(tmp_path, fmt):
     assert source.backlog() == 50
     ids, ends = _drain(source)
     assert ids == list(frame["event_id"])
-    assert ends[0] == {"file": f"events-000000.{fmt}", "row": 7}
-    assert ends[-1] == {"file": f"events-000002.{fmt}", "row": 10} and source.backlog() == 0
+    assert ends[0] == {"file": f"events-000000.{fmt}", "row": 7, "consumed": []}
+    assert ends[-1] == {"file": f"events-000002.{fmt}", "row": 10,
+                        "consumed": [f"events-00000{i}.{fmt}" for i in (0, 1)]} and source.backlog() == 0
     # restored at an offset: exactly the records after it
     again = DirectorySource(str(tmp_path), poll_seconds=0.01)
     again.restore({"file": f"events-000001.{fmt}", "row": 5})
@@ -61,7 +62,8 @@ def test_a_growing_folder_and_the_commit_file(tmp_path):
     assert list(second.frame["event_id"]) == list(frame["event_id"][10:30])
     source.commit(second.end)
     assert json.loads((tmp_path / "in" / ".genrec-consumer-genrec.json").read_text())["row"] == 10
-    assert source.committed() == {"file": "events-000002.jsonl", "row": 10}
+    assert source.committed() == {"file": "events-000002.jsonl", "row": 10,
+                                  "consumed": ["events-000000.jsonl", "events-000001.jsonl"]}
 
 
 def test_broken_lines_are_records_with_their_line(tmp_path):
