@@ -24,17 +24,19 @@ class SequentialRecommender(nn.Module):
         similarity: ``"dot"`` or ``"cosine"`` (both sides L2-normalised); the loss and the ranking use the same.
         features: side features and actions (:class:`FeatureEmbedding`), or ``None``: item IDs only. Item side
             features are added to the item's vector on both sides; actions and user features to the inputs only.
+        prior: a residual prior added to every item's score in training and ranking
+            (:class:`~genrec.models.prior_head.TransitionPrior`, which needs the full softmax), or ``None``.
     """
 
     def __init__(self, item_embedding: ItemEmbedding, encoder: SequenceEncoder, similarity: str = "dot",
-                 features: FeatureEmbedding | None = None):
+                 features: FeatureEmbedding | None = None, prior: nn.Module | None = None):
         super().__init__()
         if similarity not in SIMILARITIES:
             raise UserError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}")
         if item_embedding.dim != encoder.dim:
             raise UserError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
         self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, similarity
-        self.features = features
+        self.features, self.prior = features, prior
 
     @property
     def num_items(self) -> int:
@@ -91,7 +93,10 @@ class SequentialRecommender(nn.Module):
         ``item_ids`` (``None``: the whole table, ``C = num_items + 1``) were looked up (genrec.dist.pipeline looks
         them up ahead, from a batch that carries them as a KeyedJaggedTensor; side features are refused there)."""
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
-        return loss(states, batch.target_ids, item_ids, self._norm(items))
+        if self.prior is None:
+            return loss(states, batch.target_ids, item_ids, self._norm(items))
+        # the full softmax scores items 1..num_items: the prior's columns without the padding's
+        return loss(states, batch.target_ids, item_ids, self._norm(items), bias=self.prior(batch, training=True)[:, 1:])
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
@@ -112,5 +117,7 @@ class SequentialRecommender(nn.Module):
         ``item_vectors``: :meth:`all_item_vectors`, when the caller computed it once for many batches."""
         item_vectors = self.all_item_vectors() if item_vectors is None else item_vectors
         scores = self.user_embeddings(batch) @ item_vectors.T
+        if self.prior is not None:
+            scores = scores + self.prior(batch, training=False)
         scores[:, PAD_ITEM] = float("-inf")
         return scores
