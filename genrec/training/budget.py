@@ -67,8 +67,7 @@ class BudgetCurve(Callback):
         """``split``'s metrics of the task's current weights, in eval mode; its CPU time is left off the clock."""
         started, training = time.process_time(), task.training
         task.eval()
-        # a data loader's iterator draws its base seed from the global generator: fork it, so training draws the same
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad():  # genrec's loaders draw from their own generators, never from the global one
             metrics = evaluate(task.make_scorer(), trainer.datamodule.eval_dataloader(split),
                                task.evaluator.metrics.ks, task.exclude_history, task.device)
         task.train(training)
