@@ -71,3 +71,25 @@ def test_the_budget_stops_training(tmp_path):
     assert result["stopped_by_budget"] and result["steps_run"] == 1
     assert [p["step"] for p in result["curve"]] == [0, 1]  # a run told to stop is validated once more
     assert json.loads((tmp_path / "runs" / result["name"] / CURVE_FILE).read_text())["stopped_by_budget"]
+
+
+def test_the_results_doc_shows_the_time_to_pass_and_the_margin(budget_run):
+    _, result = budget_run
+    doc = load_script("make_results_doc")
+    second = json.loads(json.dumps(result)) | {"seed": 1, "name": "budget_synthetic_sasrec_test_seed1"}
+    second["cpu_seconds_to_pass"] = {"valid": None, "test": 7.0}
+    lines = doc.budget_tables([result, second])
+    assert lines[0] == "## Time to pass `transitions_last3_skip` at a CPU budget: synthetic"
+    row = next(line for line in lines if line.startswith("| sasrec | test |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[5] == f"{result['final']['margin_over_heuristic']['ndcg@10']:+.1%}"
+    valid_pass = result["cpu_seconds_to_pass"]["valid"]
+    valid_cell = "never" if valid_pass is None else f"{valid_pass:.0f} (passed 1/2)"
+    test_pass = result["cpu_seconds_to_pass"]["test"]
+    test_cell = f"{(test_pass + 7.0) / 2:.0f}" if test_pass is not None else "7 (passed 1/2)"
+    assert cells[6] == f"{valid_cell} / {test_cell}"
+    assert cells[9] == "0, 1"
+    heuristic = result["baselines"]["transitions_last3_skip"]
+    baseline = next(line for line in lines if line.startswith("| transitions_last3_skip (baseline) |"))
+    assert f"| {heuristic['test']['ndcg@10']:.4f} |" in baseline
+    assert f"{heuristic['cpu_seconds']['total']:.1f} (build {heuristic['cpu_seconds']['build']:.1f})" in baseline
