@@ -36,6 +36,7 @@ from genrec.dist.checkpoint import read_meta
 from genrec.errors import ConfigError, UserError
 from genrec.eval.baselines import BASELINES
 from genrec.eval.metrics import evaluate
+from genrec.models.item_init import initialize_items
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task, init_checkpoint, initialize
 from genrec.training.plots import plot_curves
@@ -164,7 +165,9 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     data = datamodule.data
     log.info("data: %s (seed %d)", data.summary(), cfg.seed)
     trainer, best = build_trainer(cfg, run_dir, resume_meta["global_step"] if resume_meta else None)
-    task = build_task(cfg, data.num_items, data.item_raw_ids, datamodule.features)
+    task = build_task(cfg, data.num_items, data.item_raw_ids, datamodule.features, data)
+    if cfg.model.get("item_init", "random") != "random" and not resume and not cfg.get("init_from"):
+        initialize_items(task.model, data, cfg.model.item_init)  # a fresh run's item table (training parts only)
     # a new stage starts from another run's weights (recorded in the folder); a resumed one from its own checkpoint
     if cfg.get("init_from") and not resume:
         initialized = initialize(task, cfg.init_from)

@@ -49,6 +49,7 @@ class ItemTransitions:
     def __init__(self, data: SequenceData, num_last: int = 1, decay: float = 0.5, skip: bool = False,
                  skip_weight: float = 0.5):
         self.num_last, self.decay = num_last, decay
+        self.skip_weight = skip_weight if skip else 0.0
         size = data.num_items + 1
         train = data.training_positions()
         user_of = np.repeat(np.arange(data.num_users), data.lengths)
@@ -76,9 +77,12 @@ class ItemTransitions:
         return torch.from_numpy(scores).float().to(batch.item_ids.device)
 
 
+#: the settings of ``transitions_last3_skip``, the strongest baseline (also the prior of genrec.models.prior_head)
+LAST3_SKIP = {"num_last": 3, "decay": 0.5, "skip": True, "skip_weight": 0.5}
+
 #: The baselines every results table carries, by name.
 BASELINES = {
     "most_popular": MostPopular,
     "transitions": lambda data: ItemTransitions(data, num_last=1),
-    "transitions_last3_skip": lambda data: ItemTransitions(data, num_last=3, decay=0.5, skip=True, skip_weight=0.5),
+    "transitions_last3_skip": lambda data: ItemTransitions(data, **LAST3_SKIP),
 }

@@ -46,7 +46,7 @@ from genrec.models.generative import GenerativeRecommender
 from genrec.models.semantic_ids import TOKEN_LAYOUT
 from genrec.runs import RunFolder, file_digest
 from genrec.tokenize.sid_table import PARQUET_FILE, SAFETENSORS_FILE
-from genrec.training.builders import load_run, load_sid_table
+from genrec.training.builders import load_run, load_sid_table, prior_enabled
 from genrec.training.generative import GenerativeTask
 from genrec.trust import TRUSTED_TARGETS
 
@@ -82,9 +82,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     allowed = TRUSTED_TARGETS + tuple(cfg.trusted_targets)
     ckpt = RunFolder.existing(run_dir).checkpoint(cfg.checkpoint)  # checked before the data loads
-    if FeatureConfig.from_config(RunFolder(run_dir).config(allowed).model.get("features")).enabled:
+    saved = RunFolder(run_dir).config(allowed)
+    if FeatureConfig.from_config(saved.model.get("features")).enabled:
         raise ConfigError("run_dir", f"{run_dir} was trained with side features (model.features): the export of "
                                      "feature models is not supported yet")
+    if prior_enabled(saved):
+        raise ConfigError("run_dir", f"{run_dir} adds the transition prior to its scores (model.prior): a user "
+                                     "vector and item vectors do not hold it, so it cannot be exported as a tower")
     train_cfg, datamodule, task = load_run(run_dir, ckpt, allowed)
     model, data = task.model, datamodule.data
     out_dir = Path(cfg.out_dir) if cfg.out_dir else run_dir / "export"

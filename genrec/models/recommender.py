@@ -25,15 +25,18 @@ class SequentialRecommender(nn.Module):
             the ranking and the export use the same.
         features: side features and actions (:class:`FeatureEmbedding`), or ``None``: item IDs only. Item side
             features are added to the item's vector on both sides; actions and user features to the inputs only.
+        prior: a residual prior added to every item's score in training and ranking
+            (:class:`~genrec.models.prior_head.TransitionPrior`, which needs the full softmax), or ``None``.
     """
 
-    def __init__(self, item_embedding: ItemEmbeddingInterface, encoder: SequenceEncoder, similarity: str | Similarity = "dot",
-                 features: FeatureEmbedding | None = None):
+    def __init__(self, item_embedding: ItemEmbeddingInterface, encoder: SequenceEncoder,
+                 similarity: str | Similarity = "dot", features: FeatureEmbedding | None = None,
+                 prior: nn.Module | None = None):
         super().__init__()
         if item_embedding.dim != encoder.dim:
             raise UserError(f"item embedding dim {item_embedding.dim} != encoder dim {encoder.dim}")
         self.item_embedding, self.encoder, self.similarity = item_embedding, encoder, as_similarity(similarity)
-        self.features = features
+        self.features, self.prior = features, prior
 
     @staticmethod
     def item_table_key(prefix: str = "model.") -> str:
@@ -104,10 +107,15 @@ class SequentialRecommender(nn.Module):
         them up ahead, from a batch that carries them as a KeyedJaggedTensor; side features are refused there)."""
         states = self.similarity.prepare(self.encoder(inputs, batch.offsets, batch.timestamps,
                                                       batch.query_timestamps))
-        positives = batch.target_ids
+        positives, items = batch.target_ids, self.similarity.prepare(items)
+        # a prior needs the full softmax, which scores items 1..num_items: its columns without the padding's
+        bias = None if self.prior is None else self.prior(batch, training=True)[:, 1:]
         if targets is not None:
             states, positives = states[targets], positives[targets]
-        return loss(states, positives, item_ids, self.similarity.prepare(items))
+            bias = None if bias is None else bias[targets]
+        if bias is None:
+            return loss(states, positives, item_ids, items)
+        return loss(states, positives, item_ids, items, bias=bias)
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
@@ -128,5 +136,7 @@ class SequentialRecommender(nn.Module):
         ``item_vectors``: :meth:`all_item_vectors`, when the caller computed it once for many batches."""
         item_vectors = self.all_item_vectors() if item_vectors is None else item_vectors
         scores = self.user_embeddings(batch) @ item_vectors.T
+        if self.prior is not None:
+            scores = scores + self.prior(batch, training=False)
         scores[:, PAD_ITEM] = float("-inf")
         return scores

@@ -83,6 +83,10 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.state.backend not in ("rocksdb", "lmdb"):
         raise ConfigError("state.backend", f"must be rocksdb or lmdb, got {cfg.state.backend!r}")
     check_table_config(cfg, "genrec-stream")
+    if (cfg.model.get("prior") or {}).get("enabled") or cfg.model.get("item_init", "random") != "random":
+        raise ConfigError("model.prior", "the transition prior and model.item_init read a training split's counts, "
+                                         "which a stream does not have: leave them off (model.prior.enabled=false, "
+                                         "model.item_init=random)")
     if cfg.model.get("kind", "retrieval") != "retrieval":
         raise ConfigError("model", f"model={cfg.model.name} is generative; the stream trainer trains retrieval models "
                                    "(sasrec, hstu)")

@@ -19,6 +19,9 @@ from genrec.dist.checkpoint import load_weights, read_meta
 from genrec.embedding import ItemEmbedding
 from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import ConfigError, DataError
+from genrec.data.schema import SequenceData
+from genrec.models.losses import FullSoftmaxLoss
+from genrec.models.prior_head import TransitionPrior
 from genrec.models.recommender import SequentialRecommender
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest
 from genrec.trust import TRUSTED_TARGETS
@@ -128,6 +131,9 @@ def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int,
     if FeatureConfig.from_config(cfg.model.get("features")).enabled:
         raise ConfigError("distill.teacher", f"{distill.teacher} uses side features (model.features); a teacher "
                                              "reads item IDs only")
+    if prior_enabled(cfg):
+        raise ConfigError("distill.teacher", f"{distill.teacher} adds the transition prior (model.prior); a teacher "
+                                             "scores with its embeddings only")
     if cfg.data.max_len < max_len:
         raise ConfigError("distill.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
                                              f"data.max_len is {max_len}")
@@ -173,15 +179,36 @@ TASK_BUILDERS: dict[str, Callable[..., RecommenderTask]] = {"retrieval": _retrie
                                                               "generative": _generative_task}
 
 
+def prior_enabled(cfg: DictConfig) -> bool:
+    """Whether ``cfg.model`` adds the transition prior to its scores (``model.prior.enabled``)."""
+    return bool((cfg.model.get("prior") or {}).get("enabled", False))
+
+
+def _attach_prior(cfg: DictConfig, task: RecommenderTask, data: SequenceData | None) -> None:
+    """``model.prior``: the residual transition prior (genrec.models.prior_head) counted on ``data``'s training
+    parts, added to the retrieval model."""
+    if not isinstance(getattr(task, "loss", None), FullSoftmaxLoss):
+        raise ConfigError("model.prior", "the transition prior is added to every item's logit: it needs the full "
+                                         "softmax (loss@model.loss=full)")
+    if cfg.get("sharding") and cfg.sharding.get("type"):
+        raise ConfigError("model.prior", f"sharding={cfg.sharding.type}: the transition prior runs unsharded only")
+    if data is None:
+        raise ValueError(f"model={cfg.model.name} adds the transition prior: build_task needs the dataset (data=)")
+    task.model.prior = TransitionPrior.from_data(data, cfg.model.prior.get("weight", 1.0))
+
+
 def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None = None,
-               features: EncodedFeatures | None = None) -> RecommenderTask:
+               features: EncodedFeatures | None = None, data: SequenceData | None = None) -> RecommenderTask:
     """The LightningModule of ``cfg.model``; generative models need the dataset's ``item_raw_ids`` to check their
-    SID table, retrieval models with ``model.features`` on the data module's encoded ``features``. With
-    ``compile=true`` the model's sequence stacks are compiled (:func:`compile_stacks`)."""
+    SID table, retrieval models with ``model.features`` on the data module's encoded ``features``, with
+    ``model.prior`` the dataset ``data`` (its training parts are counted). With ``compile=true`` the model's
+    sequence stacks are compiled (:func:`compile_stacks`)."""
     kind = cfg.model.get("kind", "retrieval")
     if kind not in TASK_BUILDERS:
         raise ConfigError("model.kind", f"got {kind!r}, expected one of {sorted(TASK_BUILDERS)}")
     task = TASK_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
+    if kind == "retrieval" and prior_enabled(cfg):
+        _attach_prior(cfg, task, data)
     if cfg.get("compile"):
         compile_stacks(cfg, task.model)
     return task
@@ -220,7 +247,7 @@ def load_run(run_dir: str | Path, checkpoint: str | Path = "best", allowed: tupl
     datamodule = build_datamodule(cfg)
     datamodule.setup()
     task = build_task(private_stores(cfg), datamodule.data.num_items, datamodule.data.item_raw_ids,
-                      datamodule.features)
+                      datamodule.features, datamodule.data)
     load_weights(path, task)  # a Lightning file, or a distributed checkpoint folder of any world size
     load_tables(task, path)  # dynamic embedding tables, from the snapshot beside the checkpoint
     return cfg, datamodule, task.eval()
