@@ -24,7 +24,7 @@ from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest
 from genrec.trust import TRUSTED_TARGETS
 from genrec.tokenize.sid_table import SIDTable
 from genrec.training.align import AlignConfig, AlignTask
-from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher
+from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher, RetrievalDistillTask
 from genrec.training.generative import GenerativeTask
 from genrec.training.module import PipelinedRetrievalTask, RetrievalTask
 from genrec.training.tables import load_tables, private_stores
@@ -73,8 +73,14 @@ def _feature_embedding(cfg: DictConfig, features: EncodedFeatures | None) -> Fea
 
 
 def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
-                    features: EncodedFeatures | None = None) -> RetrievalTask:
+                    features: EncodedFeatures | None = None, distilled: bool = True) -> RetrievalTask:
+    """The retrieval task of ``cfg.model``; with ``distill=teacher`` (and ``distilled``) a
+    :class:`RetrievalDistillTask` taught by that run."""
     m = cfg.model
+    distill = DistillConfig.from_config(cfg.get("distill")) if distilled else None
+    if distill and cfg.get("sharding") and cfg.sharding.get("type"):
+        raise ConfigError("distill", f"sharding={cfg.sharding.type}: distillation trains unsharded retrieval models "
+                                     "only (sharding=none)")
     model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
                                   similarity=m.similarity, features=_feature_embedding(cfg, features))
     if cfg.get("sharding") and ShardingConfig.from_config(cfg.sharding).pipelined:
@@ -84,6 +90,9 @@ def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | 
                                                    "embedding@model.embedding=static or sharding.pipeline=none")
         return PipelinedRetrievalTask(model, instantiate(m.loss), seed=cfg.seed,
                                       gradient_clip_val=cfg.trainer.get("gradient_clip_val"), **_task_settings(cfg))
+    if distill:
+        teacher = load_teacher(distill, item_raw_ids, cfg.data.max_len, cfg.data.get("split"))
+        return RetrievalDistillTask(model, instantiate(m.loss), teacher, distill, **_task_settings(cfg))
     return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
 
 

@@ -542,6 +542,41 @@ def test_item_head_distillation_adds_the_teachers_top_items_to_the_loss(tiny_run
         build_task(_compose(_base(workdir) + distill), dm.data.num_items, dm.data.item_raw_ids)
 
 
+def test_a_distilled_sasrec_adds_the_teachers_top_items_to_its_softmax_loss(tiny_run, workdir):
+    """``model=sasrec distill=teacher``: the loss is the full-softmax next-item loss plus ``weight`` x the cross-entropy
+    between the teacher's top ``k`` items after every position and the student's softmax over all items, both
+    computed here by hand, position by position; ``item_head_weight`` is refused (a SASRec has no item head)."""
+    teacher_dir, _ = tiny_run
+    student = DATA + ["model=sasrec", "model.dim=16", "model.encoder.dropout=0.0", "seed=3",
+                      f"data.cache_dir={workdir / 'cache'}", "distill=teacher", f"distill.teacher={teacher_dir}", "distill.weight=0.5",
+                      "distill.top_k=5", "distill.temperature=2.0"]
+    cfg = _compose(student)
+    L.seed_everything(cfg.seed, verbose=False)
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    assert type(task).__name__ == "RetrievalDistillTask"
+    batch = next(iter(dm.train_dataloader()))
+    with torch.no_grad():
+        loss = float(task.training_loss(batch))
+        states, table = task.model.encode(batch), task.model.all_item_vectors()
+        teacher = task.teacher.model
+        teacher_scores = teacher.encode(batch) @ teacher.all_item_vectors().T
+        nll = distill = 0.0
+        for n in range(len(batch.target_ids)):
+            logits = states[n] @ table[1:].T  # items 1..num_items
+            logp = logits - torch.logsumexp(logits, 0)
+            nll -= float(logp[batch.target_ids[n] - 1])
+            top = teacher_scores[n, 1:].topk(5)
+            q = torch.softmax(top.values / 2.0, 0)
+            distill -= float((q * logp[top.indices]).sum())
+        count = len(batch.target_ids)
+    assert loss == pytest.approx(nll / count + 0.5 * distill / count, rel=1e-5)
+    with pytest.raises(ConfigError, match="distill.item_head_weight: got 1.0, but a retrieval student has no item"):
+        build_task(_compose(student + ["distill.item_head_weight=1.0"]), dm.data.num_items, dm.data.item_raw_ids)
+
+
 def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     teacher_dir, _ = tiny_run
     cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.max_len=30"])
