@@ -12,6 +12,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from genrec.conf import CONF_DIR, compose_config
 from genrec.data.batch import JaggedBatch, collate
@@ -589,6 +590,39 @@ def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     with pytest.raises(ConfigError, match="align or distill, not both"):
         build_task(_compose(_base(workdir) + ["align=dpo", "distill=teacher", f"distill.teacher={teacher_dir}"]),
                    120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
+
+
+def test_cold_items_reach_neither_the_teacher_nor_the_sid_table(tiny_run, workdir, tmp_path):
+    """With ``data.split.cold_items`` a teacher trained without that split (it read the cold items' interactions) is
+    refused, and so is a SID table fitted on such a run's item table (collaborative) or one that records no encoder;
+    a table of item content (``encoder=text``) is accepted, as is a collaborative table of a run with the split."""
+    teacher_dir, _ = tiny_run
+    cold = ["data.split.cold_items=0.1", "data.split.cold_seed=1"]
+    cfg = _compose(_base(workdir) + cold)
+    raw = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids
+    table = SIDTable.load(workdir / "sid")
+
+    def student(encoder, extra=()):
+        folder = tmp_path / encoder["name"]
+        dataclasses.replace(table, config={"encoder": encoder}).save(folder)
+        overrides = _base(workdir) + cold + [f"sid_table={folder}", *extra]
+        return build_task(_compose(overrides), len(raw) - 1, raw)
+
+    with pytest.raises(ConfigError, match="a teacher needs the student's split"):
+        student({"name": "text"}, ["distill=teacher", f"distill.teacher={teacher_dir}"])
+
+    with pytest.raises(ConfigError, match="fitted on the item table of .* the cold items' interactions would reach"):
+        student({"name": "collaborative", "run_dir": str(teacher_dir)})
+    with pytest.raises(ConfigError, match="fused.* the cold items' interactions would reach"):
+        student({"name": "fused", "parts": {"text": {"name": "text"}, "collaborative": {"run_dir": str(teacher_dir)}}})
+    with pytest.raises(ConfigError, match="records no encoder"):
+        build_task(_compose(_base(workdir) + cold), len(raw) - 1, raw)
+    assert isinstance(student({"name": "text", "fields": ["title"]}), GenerativeTask)
+    cold_teacher = tmp_path / "cold_teacher"
+    (cold_teacher).mkdir()
+    saved = _compose(DATA + cold + ["model=sasrec"])
+    (cold_teacher / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert isinstance(student({"name": "collaborative", "run_dir": str(cold_teacher)}), GenerativeTask)
 
 
 # ---- stages: init_from -------------------------------------------------------------------------------------------
