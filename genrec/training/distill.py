@@ -183,4 +183,8 @@ class RetrievalDistillTask(RetrievalTask):
         return self.global_mean(nll + self.distill.weight * distill, batch)
 
     def run_info(self) -> dict[str, Any]:
-        return {**super().run_info(), "distill": _teacher_record(self.teacher, self.distill)}
+        """The student's parameter count (to set beside a generator's: the distilled-SASRec ablation) and the
+        distillation settings."""
+        parameters = sum(p.numel() for p in self.model.parameters())
+        return {**super().run_info(), "parameters": {"total": parameters, "trainable": parameters},
+                "distill": _teacher_record(self.teacher, self.distill)}

@@ -574,6 +574,9 @@ def test_a_distilled_sasrec_adds_the_teachers_top_items_to_its_softmax_loss(tiny
             distill -= float((q * logp[top.indices]).sum())
         count = len(batch.target_ids)
     assert loss == pytest.approx(nll / count + 0.5 * distill / count, rel=1e-5)
+    info = task.run_info()
+    assert info["parameters"]["total"] == sum(p.numel() for p in task.model.parameters())
+    assert info["distill"]["teacher"]["run_dir"] == str(teacher_dir) and info["distill"]["top_k"] == 5
     with pytest.raises(ConfigError, match="distill.item_head_weight: got 1.0, but a retrieval student has no item"):
         build_task(_compose(student + ["distill.item_head_weight=1.0"]), dm.data.num_items, dm.data.item_raw_ids)
 
