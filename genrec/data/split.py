@@ -145,7 +145,8 @@ def hold_out_items(data: SequenceData, share: float, seed: int) -> SequenceData:
                         key="data.split.cold_items")
     out = replace(data, item_ids=data.item_ids[keep], offsets=offsets, timestamps=kept(data.timestamps),
                   ratings=kept(data.ratings), actions=kept(data.actions), valid_at=valid_at, test_at=test_at,
-                  split={**data.split, "cold_items": share, "cold_seed": seed}, cold_items=cold)
+                  split={**data.split, "cold_items": share, "cold_seed": seed,
+                         "cold_training_events_removed": int(drop.sum())}, cold_items=cold)
     log.info("%s: %d cold items held out of training (%d training events removed)", data.name, len(cold),
              int(drop.sum()))
     return out

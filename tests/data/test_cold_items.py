@@ -55,6 +55,7 @@ def test_held_out_targets_are_the_same_events(data, cold):
         assert test[k].items[-1] == data.sequence(u)[-2]
     summary = split_summary(cold)
     assert summary["cold_items"] == 0.1 and summary["cold_item_count"] == len(cold.cold_items)
+    assert summary["cold_training_events_removed"] == data.train_lengths.sum() - cold.train_lengths.sum() > 0
     assert summary["warm_item_count"] == data.num_items - len(cold.cold_items)
     users, at = cold.targets("test")
     assert summary["cold_targets"]["test"] == int(np.isin(cold.item_ids[at], cold.cold_items).sum()) > 0
