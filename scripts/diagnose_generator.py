@@ -4,9 +4,9 @@ reached, what you measured about why").
 1. **Modelling, per code level.** For every test user, the negative log-likelihood (nats) of the target's code at
    each level given the target's true prefix, and whether that code is the most likely valid one:
    - the generator: its own decoder, teacher-forced along the target's codes (raw softmax per level, as its
-     ``test/target_log_prob`` and its beam search score), and the same renormalised over the codes that continue
-     the target's prefix to some item, with the probability it puts on them (the rest is on code tuples that are
-     no item, which constrained decoding masks);
+     ``test/target_log_prob`` where the codes rank, and its beam search score), and the same renormalised over the
+     codes that continue the target's prefix to some item, with the probability it puts on them (the rest is on
+     code tuples that are no item, which constrained decoding masks);
    - the retrieval model (SASRec, HSTU): its softmax over every item summed by code prefix
      (:func:`genrec.models.distill.level_targets`), i.e. the distribution a perfect generator of that model's
      item probabilities would put on each code.

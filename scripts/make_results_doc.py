@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -213,14 +214,48 @@ def _test_noise(run: dict) -> list[str]:
             f"{math.sqrt(recall * (1 - recall) / users):.4f}, so differences of that order are noise.", ""]
 
 
+#: results of scripts/reproduce_generative_retrieval.sh, shown in their own sections (not the training tables)
+GR_TAGS = ("_gr_", "_cold_", "_codes_")
+
+
+def _best_generative_runs(runs: list[dict], files: list[dict]) -> list[dict]:
+    """``runs`` of one dataset's table with each generative model's runs replaced by a GPU run of the same model
+    ranking the same way (``decoding.rank``), dataset and split (``recipe=gpu``, scripts/gpu_recipe_check.sh) where
+    its validation NDCG@10 is higher than their mean: the table shows each generative model's best run, its budget
+    in the row."""
+    out = list(runs)
+    for model in sorted({r["model"] for r in runs if "sid_table" in r}):
+        cpu = [r for r in runs if r["model"] == model]
+        mean = statistics.mean(r["metrics"]["valid"]["ndcg@10"] for r in cpu)
+        rank = cpu[0]["decoding"].get("rank", "codes")
+        gpu = [r for r in files if _on_gpu(r) and r.get("model") == model and not _post_prefix(r)
+               and r["decoding"].get("rank", "codes") == rank
+               and r["dataset"] == cpu[0]["dataset"] and _split(r)["kind"] == _split(cpu[0])["kind"]]
+        best = max(gpu, key=lambda r: r["metrics"]["valid"]["ndcg@10"], default=None)
+        if best is not None and best["metrics"]["valid"]["ndcg@10"] > mean:
+            out = [r for r in out if r["model"] != model] + [best]
+    return out
+
+
+def _device_budget(runs: list[dict]) -> str:
+    """:func:`_budget`, with the GPU and the time cap of a GPU run."""
+    gpu = [r for r in runs if _on_gpu(r)]
+    if not gpu:
+        return _budget(runs)
+    cap = gpu[0]["config"]["trainer"].get("max_time")
+    return f"{_budget(runs)} on one {gpu[0]['environment']['cuda']}" + (f" (cap {cap})" if cap else "")
+
+
 def training_tables(files: list[dict]) -> list[str]:
-    """One table per dataset and split: models (mean ± std over seeds), genrec-measured baselines in the same
-    protocol, published rows (leave-one-out)."""
+    """One table per dataset and split: models (mean ± std over seeds; a generative model by its best run, CPU or
+    GPU, :func:`_best_generative_runs`), genrec-measured baselines in the same protocol, published rows
+    (leave-one-out)."""
     by_dataset = defaultdict(list)
     for r in files:
         if ("metrics" in r and "test" in r.get("metrics", {}) and not _post_prefix(r)
-                and SID_SOURCE_TAG not in r["name"] and not _on_gpu(r)):
+                and SID_SOURCE_TAG not in r["name"] and not _on_gpu(r) and not any(t in r["name"] for t in GR_TAGS)):
             by_dataset[r["dataset"]["dataset"], _split(r)["kind"]].append(r)
+    by_dataset = {key: _best_generative_runs(runs, files) for key, runs in by_dataset.items()}
     out = []
     for (dataset, kind), runs in sorted(by_dataset.items()):
         summary = runs[0]["dataset"]
@@ -239,7 +274,7 @@ def training_tables(files: list[dict]) -> list[str]:
             seeds = ", ".join(str(r["seed"]) for r in model_runs)
             names = ", ".join(sorted(f"`results/{r['name']}.json`" for r in model_runs))
             out.append(_row(f"**{model}**", [r["metrics"]["test"] for r in model_runs], seeds, names,
-                            _budget(model_runs)))
+                            _device_budget(model_runs)))
         first = runs[0]
         for name, metrics in first["baselines"].items():
             out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", f"`results/{first['name']}.json`"))
@@ -1101,6 +1136,178 @@ def _post_training_table(runs: list[dict], prefix: str) -> list[str]:
     return out
 
 
+#: the named rankings of conf/ranking (scripts/compare_rankings.py --mode) in words
+RANKING_MODES = {"codes": "the beam over semantic IDs by code log-probability",
+                 "head": "the item head over every item, no beam",
+                 "liger": "the codes' beam proposes, the item head orders it (LIGER)",
+                 "guided": "a beam steered by the item head, items by 0.5 x code + head log-probability"}
+
+
+def _mean_of(rows: list[dict], split: str, metric: str) -> float:
+    return statistics.mean(r["metrics"][split][metric] for r in rows)
+
+
+def _change(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:+.1f}%"
+
+
+def generative_retrieval_tables(files: list[dict]) -> list[str]:
+    """Issue 45's ranking table (scripts/reproduce_generative_retrieval.sh PART=ranking), per dataset: one generator
+    checkpoint per seed ranked four ways, each row saying what carries its ranking; SASRec; a SASRec of the
+    generator's size distilled from the same teacher the same way; the baselines of the same splits."""
+    by_name = {f["name"]: f for f in files}
+    out = []
+    for comp in (f for f in files if f.get("kind") == "ranking_comparison" and f["name"].endswith("_gr_rankings")):
+        dataset, protocol = comp["dataset"]["dataset"], comp["protocol"]
+        modes = {mode: [r for r in comp["runs"] if r["mode"] == mode] for mode in comp["modes"]}
+        generators = [by_name[r["results_name"]] for r in next(iter(modes.values())) if r["results_name"] in by_name]
+        first = generators[0] if generators else {}
+        sizes = " x ".join(str(k) for k in first.get("sid_table", {}).get("codebook_sizes", []))
+        out += [f"## Generative retrieval, what carries the ranking: {dataset}", "",
+                f"`scripts/reproduce_generative_retrieval.sh` (`DATASET={dataset} PART=ranking`; "
+                f"`results/{comp['name']}.json` and the files in each row). One checkpoint per seed of the SID "
+                f"generator (collaborative semantic IDs {sizes} from the teacher's item table, the item head tied to "
+                "item-ID inputs, distilled from the SASRec teacher into codes and head; the checkpoint chosen by the "
+                "head's validation NDCG@10), ranked four ways (`ranking@model.decoding=<mode>`, conf/ranking); "
+                "SASRec; a SASRec of the generator's size (its backbone and item table) distilled from the same "
+                "teacher the same way (its top 100 items at every position, weight 1) for the same epochs; the "
+                f"baselines on the same splits. {protocol['users_scored']['test']:,} test users, "
+                f"{protocol['split'].split(' (')[0]}, full corpus, history removed. **Carried by** says what orders "
+                "each list: the codes (generative retrieval), the head (a softmax over item rows: dense retrieval on "
+                "the generator's backbone) or both; the log p(target) column is the target's score under that "
+                "ranking (code, head, or 0.5 x code + head log-probability).", "",
+                "| model | ranking | carried by | valid ndcg@10 | test recall@10 | test ndcg@10 | test recall@20 | "
+                "test log p(target) | parameters | seeds | source |", "|" + "---|" * 11]
+        params = f"{first['parameters']['total']:,}" if generators else "–"
+        for mode, rows in modes.items():
+            tests = [r["metrics"]["test"] for r in rows]
+            cells = [_cell([r["metrics"]["valid"]["ndcg@10"] for r in rows])]
+            cells += [_cell([t[m] for t in tests]) for m in ("recall@10", "ndcg@10", "recall@20", "target_log_prob")]
+            out.append(f"| **SID generator** | `{mode}`: {RANKING_MODES.get(mode, mode)} | "
+                       f"**{rows[0]['carried_by']}** | " + " | ".join(cells) + f" | {params} | "
+                       + ", ".join(str(r["seed"]) for r in rows) + f" | `results/{comp['name']}.json` |")
+        dense = [(f"SASRec ({dataset}_sasrec preset)", sorted(n for n in by_name if re.fullmatch(
+                     f"{dataset}_sasrec_seed\\d+", n))),
+                 ("SASRec teacher (the preset, seed 0, this run)", [f"{dataset}_gr_teacher_seed0"]),
+                 ("SASRec of the generator's size, distilled from the teacher", sorted(
+                     n for n in by_name if n.startswith(f"{dataset}_gr_sasrec_distill_seed")))]
+        for label, names in dense:
+            runs = [by_name[n] for n in names if n in by_name]
+            if not runs:
+                continue
+            tests = [r["metrics"]["test"] for r in runs]
+            cells = [_cell([r["metrics"]["valid"]["ndcg@10"] for r in runs])]
+            cells += [_cell([t[m] for t in tests]) for m in ("recall@10", "ndcg@10", "recall@20")] + ["–"]
+            count = f"{runs[0]['parameters']['total']:,}" if "parameters" in runs[0] else "–"
+            out.append(f"| {label} | its item table, full softmax | item table | " + " | ".join(cells) +
+                       f" | {count} | {', '.join(str(r['seed']) for r in runs)} | "
+                       + ", ".join(f"`results/{n}.json`" for n in names if n in by_name) + " |")
+        for name, metrics in comp["baselines"].items():
+            cells = [_cell([metrics["valid"]["ndcg@10"]])] + [
+                _cell([metrics["test"][m]]) for m in ("recall@10", "ndcg@10", "recall@20")] + ["–"]
+            out.append(f"| {name} (baseline) | – | counts | " + " | ".join(cells) +
+                       f" | – | – | `results/{comp['name']}.json` |")
+        out += ["", f"Commits: {_commits([comp] + generators)}.", ""]
+        out += _ranking_reading(modes, comp, [by_name[n] for n in by_name
+                                              if n.startswith(f"{dataset}_gr_sasrec_distill_seed")])
+    return out
+
+
+def _ranking_reading(modes: dict[str, list[dict]], comp: dict, distilled: list[dict]) -> list[str]:
+    """What the ranking table says, from its own figures (test NDCG@10, mean over seeds)."""
+    mean = {mode: _mean_of(rows, "test", "ndcg@10") for mode, rows in modes.items() if rows}
+    best_name, best = max(((n, b["test"]["ndcg@10"]) for n, b in comp["baselines"].items()), key=lambda x: x[1])
+    lines = [f"Reading (test NDCG@10, mean over seeds): codes alone {mean.get('codes', float('nan')):.4f} "
+             f"({_change(mean['codes'], best)} against the best baseline, `{best_name}` {best:.4f}; the goal for "
+             f"codes alone is 0.0424, ActionPiece's published figure)" if "codes" in mean else "Reading:"]
+    if "head" in mean:
+        lines.append(f"; the head alone {mean['head']:.4f} ({_change(mean['head'], best)} against the baseline)")
+        for mode in ("liger", "guided"):
+            if mode in mean:
+                lines.append(f"; `{mode}` {mean[mode]:.4f} ({_change(mean[mode], mean['head'])} against the head "
+                             "alone)")
+    if distilled and "head" in mean:
+        dense = statistics.mean(r["metrics"]["test"]["ndcg@10"] for r in distilled)
+        lines.append(f". The SASRec of the generator's size distilled the same way reaches {dense:.4f}: the "
+                     f"generator's head is {_change(mean['head'], dense)} against it, and its codes alone "
+                     f"{_change(mean['codes'], dense)}: that is what the semantic IDs add (or cost) to a dense model "
+                     "of the same size and teacher on targets the item table has trained")
+    return ["".join(lines) + ".", ""]
+
+
+COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
+             "codes_unseen": ("the same beam among the cold items' IDs only", "codes"),
+             "head": ("the item head's top 20 (a cold item's row never trained)", "head"),
+             "teacher": ("SASRec of the same split (the teacher)", "item table"),
+             "semantic_knn": ("semantic KNN: content embeddings near the last 3 items", "content"),
+             "semantic_knn_unseen": ("semantic KNN among the cold items only", "content")}
+
+
+def cold_start_tables(files: list[dict]) -> list[str]:
+    """Issue 45's cold-start table (scripts/cold_start.py), per dataset: every ranking on all, cold and warm test
+    targets, mean ± std over the generator seeds, with the split's item counts and the two goals checked."""
+    out = []
+    for f in (f for f in files if f.get("kind") == "cold_start"):
+        d, runs = f["protocol"]["split_details"], f["runs"]
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        out += [f"## Item cold start: {f['dataset']['dataset']}", "",
+                f"`scripts/reproduce_generative_retrieval.sh` (`PART=cold`; `scripts/cold_start.py`, "
+                f"`results/{f['name']}.json`). `data.split.cold_items={d['cold_items']}` (cold_seed "
+                f"{d['cold_seed']}): {d['cold_item_count']:,} of {f['dataset']['items']:,} items held out of "
+                f"training entirely ({d.get('cold_training_events_removed', '?'):,} training events removed; "
+                f"{d['warm_item_count']:,} warm items); {d['cold_targets']['test']:,} of "
+                f"{d['users_evaluated']['test']:,} test targets ({d['cold_targets']['valid']:,} of "
+                f"{d['users_evaluated']['valid']:,} validation targets) are cold items. The generator recipe of the "
+                f"ranking table on this split with text semantic IDs (MiniLM item text, RQ-VAE; "
+                f"{runs[0]['sid_table']['encoder']} encoder, table `{runs[0]['sid_table']['content_hash']}`), "
+                f"distilled from a SASRec of the split; seeds {seeds}, one checkpoint each (the head's best "
+                "validation NDCG@10). Hybrid ε: the head's list of warm items with a share ε of its 20 slots, evenly "
+                "spaced (ε = 0.1: ranks 10 and 20), given to the best cold items by their codes (TIGER §4.3).", "",
+                "| ranking | carried by | all: recall@10 | all: ndcg@10 | cold: recall@10 | cold: ndcg@10 | "
+                "cold: recall@20 | warm: ndcg@10 | seeds |", "|" + "---|" * 9]
+        rows = {name: [r["metrics"]["test"][name] for r in runs] for name in runs[0]["metrics"]["test"]}
+        rows |= {name: [m] for name, m in f["baselines"]["test"].items()}
+
+        def row(name: str, label: str, carried: str, values: list[dict]) -> str:
+            cells = [_cell([v[part][m] for v in values]) for part, m in (
+                ("all", "recall@10"), ("all", "ndcg@10"), ("cold", "recall@10"), ("cold", "ndcg@10"),
+                ("cold", "recall@20"), ("warm", "ndcg@10"))]
+            return f"| {label} | {carried} | " + " | ".join(cells) + f" | {seeds if len(values) > 1 else '–'} |"
+
+        for name, values in rows.items():
+            if name.startswith("hybrid_eps"):
+                label, carried = f"hybrid, ε = {name[len('hybrid_eps'):]}: head + codes of unseen items", "both"
+            else:
+                label, carried = COLD_ROWS.get(name, (f"{name} (baseline)", "counts"))
+            out.append(row(name, label, carried, values))
+        out += ["", f"Commits: {_commits([f])}.", ""] + _cold_goals(rows)
+    return out
+
+
+def _cold_goals(rows: dict[str, list[dict]]) -> list[str]:
+    """Issue 45's two cold-start goals, from the table's own figures (test, means over seeds)."""
+    def mean(name, part, metric):
+        return statistics.mean(v[part][metric] for v in rows[name])
+
+    lines = []
+    for codes, knn in (("codes", "semantic_knn"), ("codes_unseen", "semantic_knn_unseen")):
+        a, b = mean(codes, "cold", "recall@10"), mean(knn, "cold", "recall@10")
+        ratio = f"{a / b:.2f}x" if b else "– (semantic KNN 0)"
+        lines.append(f"- Cold targets, recall@10, `{codes}` against `{knn}` (the same candidates): {a:.4f} against "
+                     f"{b:.4f}, {ratio}: goal (1.5x) **{'met' if b and a >= 1.5 * b else 'not met'}**.")
+    warm = [n for n in rows if not n.startswith(("hybrid", "codes")) and "knn" not in n]
+    best = max(warm, key=lambda n: mean(n, "all", "ndcg@10"))
+    top = mean(best, "all", "ndcg@10")
+    for name in (n for n in rows if n.startswith("hybrid")):
+        value, cold = mean(name, "all", "ndcg@10"), mean(name, "cold", "recall@10")
+        met = value >= 0.97 * top and cold > 0
+        lines.append(f"- `{name}`: all-target NDCG@10 {value:.4f} against the best model that cannot recall a cold "
+                     f"item (`{best}`, {top:.4f}): {_change(value, top)}, with cold recall@10 {cold:.4f} "
+                     f"(`{best}`: {mean(best, 'cold', 'recall@10'):.4f}): goal (within 3% while recalling cold items)"
+                     f" **{'met' if met else 'not met'}**.")
+    return lines + [""]
+
+
 #: ``model.decoding`` overrides of scripts/compare_rankings.py -> what the ranking is
 RANKINGS = {"codes": "the beam, by code log-probability", "hybrid": "the beam, re-ranked by code + item-head "
             "log-probability", "guided": "the beam steered by the item head (each prefix by code log-probability + "
@@ -1124,7 +1331,7 @@ def ranking_tables(files: list[dict]) -> list[str]:
     """The same generator checkpoints ranked several ways (scripts/compare_rankings.py), one section per dataset
     over all its files, mean ± std over seeds."""
     by_dataset = {}
-    for r in (f for f in files if f.get("kind") == "ranking_comparison"):
+    for r in (f for f in files if f.get("kind") == "ranking_comparison" and not f["name"].endswith("_gr_rankings")):
         by_dataset.setdefault(r["dataset"]["dataset"], []).append(r)
     out = []
     for dataset, comparisons in by_dataset.items():
@@ -1766,7 +1973,8 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
                 f"{'constrained by the prefix trie' if dec['constrained'] else 'unconstrained'}; invalid IDs among "
                 f"the decoded test lists: {test['invalid_rate']:.2%}. "
                 f"{dec['ranking'][0].upper() + dec['ranking'][1:]}. "
-                f"Trained on CPU ({stop}): {steps if steps is not None else '?'} steps of batch {batch} in "
+                f"Trained on {r['environment'].get('cuda') or 'CPU'} ({stop}): "
+                f"{steps if steps is not None else '?'} steps of batch {batch} in "
                 f"{r['train_seconds'] / 60:.0f} min with validation, {validations}.")
         weaker = [m for m in COLUMNS[:4] if test[m] < r["baselines"]["most_popular"]["test"][m]]
         if weaker:
@@ -1777,6 +1985,8 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
         line += (f" Nothing was tuned (the preset's AdamW, lr {optim['lr']:g}, warm-up {optim.get('warmup_steps', 0)} "
                  f"steps, {decay}).")
         if r["model"] in PUBLISHED_STEPS and PUBLISHED_STEPS[r["model"]][0] in published:
+            device = (f"one {r['environment']['cuda']}" if r["environment"].get("cuda")
+                      else "a 2-core CPU shared with other runs")
             name, paper_steps, paper_batch = PUBLISHED_STEPS[r["model"]]
             paper = published[name]
             gaps = ", ".join(f"{m} {test[m]:.4f} vs {paper[m]:.4f}" for m in paper)
@@ -1784,11 +1994,16 @@ def _generative_notes(runs: list[dict], files: list[dict], published: dict) -> l
             if below:
                 line += (f" **Below the paper** ({gaps}): this run trained {steps or '?'} steps of batch {batch}, "
                          f"the paper {paper_steps:,} steps of batch {paper_batch} (about "
-                         f"{paper_steps * paper_batch / max((steps or 1) * batch, 1):.0f}x the examples), on a "
-                         "2-core CPU shared with other runs; its semantic IDs come from a 384-d MiniLM text "
-                         "encoder (the paper: 768-d Sentence-T5).")
+                         f"{paper_steps * paper_batch / max((steps or 1) * batch, 1):.0f}x the examples), on "
+                         f"{device}; " + (
+                             "its semantic IDs come from a 384-d MiniLM text encoder (the paper: 768-d Sentence-T5)."
+                             if sid["tokenizer"].get("encoder", {}).get("name") == "text" else
+                             f"its semantic IDs come from {sid['tokenizer'].get('encoder', {}).get('name', '?')} item "
+                             "embeddings (the paper: 768-d Sentence-T5 text embeddings)."))
             else:
                 line += f" At or above the paper ({gaps})."
+        if r.get("commit_note"):
+            line += f" Commit: {r['commit_note']}."
         out.append(line)
     return out + ["", "What we expect to close the gap to the baselines and the paper (not measured here): training "
                   "to convergence (the paper's TIGER: 200k steps; these runs: minutes of CPU), then a learning-rate "
@@ -2633,6 +2848,8 @@ def main() -> None:
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
     lines += data_stats_tables(files)
     lines += training_tables(files)
+    lines += generative_retrieval_tables(files)
+    lines += cold_start_tables(files)
     lines += gpu_recipe_tables(files)
     lines += feature_tables(files)
     lines += budget_tables(files)

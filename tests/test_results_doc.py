@@ -184,3 +184,86 @@ def test_a_junit_file_without_test_cases_is_a_clear_error(tmp_path):
     for name, expected in (("empty.xml", "no <testcase> elements"), ("broken.xml", "not a readable JUnit XML")):
         with pytest.raises(SystemExit, match=f"{name}: {expected}"):
             record.read_junit(tmp_path / name)
+
+
+def _split_metrics(ndcg: float) -> dict:
+    return {"ndcg@10": ndcg, "recall@10": 2 * ndcg, "recall@20": 3 * ndcg, "target_log_prob": -9.0}
+
+
+def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads_its_own_figures():
+    """One row per named ranking with its carrier, the dense rows and the baselines; the reading's percentages come
+    from the same figures (head 0.06 against the distilled SASRec's 0.05: +20.0%)."""
+    doc = load_script("make_results_doc")
+
+    def row(seed, mode, carried, ndcg):
+        return {"run": f"runs/gen-{seed}", "results_name": f"beauty_gr_generator_seed{seed}", "seed": seed,
+                "mode": mode, "carried_by": carried, "decoding": {},
+                "metrics": {"valid": _split_metrics(ndcg), "test": _split_metrics(ndcg)}}
+
+    def trained(name, seed, ndcg, **extra):
+        return {"name": name, "seed": seed, "commit": "abc", "metrics": {"valid": _split_metrics(ndcg),
+                                                                        "test": _split_metrics(ndcg)}, **extra}
+
+    comp = {"kind": "ranking_comparison", "name": "beauty_gr_rankings", "commit": "abc", "modes": ["codes", "head"],
+            "dataset": {"dataset": "beauty"}, "protocol": {"users_scored": {"test": 22363},
+                                                           "split": "leave-one-out (valid: ..., test: last)"},
+            "runs": [row(s, m, c, n) for s in (0, 1) for m, c, n in (("codes", "codes", 0.03), ("head", "head", 0.06))],
+            "baselines": {"transitions_last3_skip": {"valid": _split_metrics(0.05), "test": _split_metrics(0.05)}}}
+    files = [comp] + [trained(f"beauty_gr_generator_seed{s}", s, 0.06, parameters={"total": 2469120},
+                              sid_table={"codebook_sizes": [256, 256, 256, 16]}) for s in (0, 1)]
+    files += [trained(f"beauty_gr_sasrec_distill_seed{s}", s, 0.05, parameters={"total": 2348800}) for s in (0, 1)]
+    files += [trained("beauty_sasrec_seed0", 0, 0.054), trained("beauty_gr_teacher_seed0", 0, 0.055)]
+    lines = doc.generative_retrieval_tables(files)
+    assert lines[0] == "## Generative retrieval, what carries the ranking: beauty"
+    rows = [line for line in lines if line.startswith("|") and "---" not in line][1:]
+    assert [r.split(" | ")[2] for r in rows] == ["**codes**", "**head**", "item table", "item table", "item table",
+                                                  "counts"]
+    assert rows[1].split(" | ")[5] == "0.0600 ± 0.0000" and "2,469,120" in rows[1] and "2,348,800" in rows[4]
+    reading = next(line for line in lines if line.startswith("Reading"))
+    assert "codes alone 0.0300 (-40.0% against the best baseline" in reading
+    assert "the generator's head is +20.0% against it, and its codes alone -40.0%" in reading
+
+
+def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
+    doc = load_script("make_results_doc")
+
+    def part(all_ndcg, cold_recall):
+        return {"all": {"recall@10": 0.1, "ndcg@10": all_ndcg}, "warm": {"ndcg@10": all_ndcg},
+                "cold": {"recall@10": cold_recall, "ndcg@10": cold_recall / 2, "recall@20": cold_recall}}
+
+    test = {"codes": part(0.03, 0.06), "codes_unseen": part(0.03, 0.2), "head": part(0.06, 0.0),
+            "hybrid_eps0.1": part(0.059, 0.1), "hybrid_eps0.2": part(0.057, 0.15)}
+    baselines = {"semantic_knn": part(0.02, 0.05), "semantic_knn_unseen": part(0.001, 0.1),
+                 "transitions_last3_skip": part(0.05, 0.0), "teacher": part(0.058, 0.0)}
+    details = {"cold_items": 0.05, "cold_seed": 0, "cold_item_count": 605, "warm_item_count": 11496,
+               "cold_training_events_removed": 6000, "cold_targets": {"valid": 900, "test": 1000},
+               "users_evaluated": {"valid": 22000, "test": 22363}}
+    f = {"kind": "cold_start", "name": "beauty_cold_start", "commit": "abc", "dataset": {"dataset": "beauty",
+                                                                                         "items": 12101},
+         "protocol": {"split_details": details},
+         "runs": [{"seed": s, "sid_table": {"encoder": "text", "content_hash": "x"}, "metrics": {"test": test}}
+                  for s in (0, 1)], "baselines": {"test": baselines}}
+    lines = doc.cold_start_tables([f])
+    assert "605 of 12,101 items held out" in lines[2] and "1,000 of 22,363 test targets" in lines[2]
+    goals = [line for line in lines if line.startswith("- ")]
+    assert goals[0].endswith("0.0600 against 0.0500, 1.20x: goal (1.5x) **not met**.")
+    assert goals[1].endswith("0.2000 against 0.1000, 2.00x: goal (1.5x) **met**.")
+    assert "(`head`, 0.0600): -1.7%" in goals[2] and goals[2].endswith("**met**.")
+    assert "-5.0%" in goals[3] and goals[3].endswith("**not met**.")
+
+
+def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():
+    """A GPU run of the same model ranking the same way replaces the CPU run when its validation is better; a GPU
+    run of the same model ranking another way (the item head) does not."""
+    doc = load_script("make_results_doc")
+
+    def run(name, model, valid, rank, cuda=None):
+        return {"name": name, "model": model, "dataset": {"dataset": "beauty"}, "sid_table": {},
+                "decoding": {"rank": rank}, "metrics": {"valid": {"ndcg@10": valid}, "test": {}},
+                "environment": {"cuda": cuda}, "protocol": {}}
+
+    cpu = [run("beauty_tiger_seed0", "tiger", 0.007, "codes"), run("beauty_sid_gpt_seed0", "sid_gpt", 0.03, "codes")]
+    gpu = [run("beauty_tiger_gpu_seed0", "tiger", 0.037, "codes", "H200"),
+           run("beauty_sid_gpt_gpu_seed0", "sid_gpt", 0.07, "guided", "H200")]
+    best = doc._best_generative_runs(cpu, cpu + gpu)
+    assert sorted(r["name"] for r in best) == ["beauty_sid_gpt_seed0", "beauty_tiger_gpu_seed0"]

@@ -91,6 +91,9 @@ class SequenceData:
             sets a time split.
         split: how ``valid_at`` / ``test_at`` were chosen (``{"kind": "leave_one_out"}``, or the time split's
             settings and cut times).
+        cold_items: ``(C,)`` sorted dense IDs of the items the split holds out of training entirely
+            (``data.split.cold_items``: their events are removed from every training part; they remain in the
+            catalogue, as validation and test targets and in evaluation histories), or ``None``.
     """
 
     name: str
@@ -107,6 +110,7 @@ class SequenceData:
     valid_at: np.ndarray | None = None
     test_at: np.ndarray | None = None
     split: dict = field(default_factory=lambda: {"kind": "leave_one_out"})
+    cold_items: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.valid_at is None:

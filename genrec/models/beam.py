@@ -165,19 +165,24 @@ class GuidedDecoder:
     log-probability. A code with no item under it scores ``-inf``.
 
     Args:
-        decoder: the model's decoding state for ``B`` users.
+        decoder: the model's decoding state for ``B`` users; ``None`` at code weight 0, where the code
+            log-probabilities take no part in the scores: the beam then only searches the trie for the items the
+            distribution ranks high, and no code model runs.
         trie: the valid code tuples (the node ids ``mass`` is indexed by).
         mass: :meth:`PrefixTrie.prefix_log_mass` of the item distribution, one ``(B, n_{l+1})`` tensor per level.
         code_weight: weight of the code log-probabilities (0: the item distribution alone).
     """
 
-    def __init__(self, decoder: Decoder, trie: PrefixTrie, mass: list[torch.Tensor], code_weight: float):
+    def __init__(self, decoder: Decoder | None, trie: PrefixTrie, mass: list[torch.Tensor], code_weight: float):
+        if decoder is None and code_weight:
+            raise ValueError(f"code_weight={code_weight} scores the codes: the guided beam needs the code decoder")
         self.decoder, self.trie, self.mass, self.code_weight = decoder, trie, mass, code_weight
         self.users = torch.arange(len(mass[0]), device=mass[0].device)
         self.nodes = torch.zeros_like(self.users)
 
-    def _guided(self, logp: torch.Tensor, level: int) -> torch.Tensor:
-        """``logp (R, K_level)`` of the rows' next code -> the guided scores of the same shape."""
+    def _guided(self, logp: torch.Tensor | None, level: int) -> torch.Tensor:
+        """``logp (R, K_level)`` of the rows' next code (``None`` without a code decoder) -> the guided scores,
+        ``(R, K_level)``."""
         children = self.trie.table(level)[self.nodes].long()  # (R, K): the next node, -1 where none
         gain = self.mass[level][self.users[:, None], children.clamp(min=0)]
         if level > 0:  # a prefix with no mass is dead already (its score is -inf): subtract 0, not -inf
@@ -188,15 +193,16 @@ class GuidedDecoder:
         return gain.masked_fill(children < 0, float("-inf"))
 
     def start(self) -> torch.Tensor:
-        return self._guided(self.decoder.start(), 0)
+        return self._guided(None if self.decoder is None else self.decoder.start(), 0)
 
     def select(self, rows: torch.Tensor) -> None:
-        self.decoder.select(rows)
+        if self.decoder is not None:
+            self.decoder.select(rows)
         self.users, self.nodes = self.users[rows], self.nodes[rows]
 
     def step(self, codes: torch.Tensor, level: int) -> torch.Tensor:
         self.nodes = self.trie.advance(level, self.nodes, codes).clamp(min=0)
-        return self._guided(self.decoder.step(codes, level), level + 1)
+        return self._guided(None if self.decoder is None else self.decoder.step(codes, level), level + 1)
 
 
 def sample_items(decoder: Decoder, trie: PrefixTrie, samples: int,

@@ -165,8 +165,11 @@ class GenerativeRecommender(nn.Module):
 
 class BeamScorer:
     """``score_fn(batch) -> (B, num_items + 1)`` of a generative model (its beam's list, as :meth:`score_all`) that
-    also counts the tuples it decoded, how many of them are no item, and sums the teacher-forced log-probability
-    of every user's true target (``log p(target | history)``, whether or not the beam found it)."""
+    also counts the tuples it decoded, how many of them are no item, and sums every user's true target's score
+    under what ranks (:meth:`GenerativeRecommender.ranking_scores`, whether or not the beam found it): its
+    teacher-forced code log-probability ``log p(target | history)`` where the codes rank, its item-head
+    log-probability where the head alone ranks (no code model runs then), ``code_weight`` x code + item-head
+    log-probability where both do."""
 
     def __init__(self, model: GenerativeRecommender):
         self.model = model
@@ -177,7 +180,7 @@ class BeamScorer:
         self.decoded += int(result.found.sum())
         self.invalid += int(result.invalid.sum())
         with torch.no_grad():
-            self.target_log_prob += float(self.model.item_log_probs(batch, batch.target_ids[:, None]).sum())
+            self.target_log_prob += float(self.model.ranking_scores(batch, batch.target_ids[:, None]).sum())
         self.users += batch.batch_size
         return result.score_matrix(self.model.num_items + 1)
 

@@ -43,6 +43,32 @@ from genrec.tokenize.sid_table import SIDTable
 TOKEN_FEATURE = "sid_token"
 ITEM_HEAD_FEATURE = "item_head"
 RANKS = ("codes", "hybrid", "guided", "items")
+#: what carries the ranking of each named setting (conf/ranking: ``ranking@model.decoding=<name>``)
+CARRIERS = ("codes", "head", "both")
+
+
+def carried_by(rank: str, code_weight: float) -> str:
+    """What orders a ``rank`` / ``code_weight`` setting's list: ``codes`` (the beam by code log-probability),
+    ``head`` (the item head alone: ``items``, or ``guided`` at weight 0, whose beam only searches the trie for the
+    head's best items) or ``both`` (``hybrid``: the codes' beam proposes, whatever the weight; ``guided`` at a
+    weight above 0)."""
+    if rank == "codes":
+        return "codes"
+    return "head" if rank == "items" or (rank == "guided" and code_weight == 0) else "both"
+
+
+def ranking_mode(name: str) -> dict:
+    """A named ranking setting of conf/ranking (``codes``, ``head``, ``liger``, ``guided``) -> its
+    ``model.decoding`` keys (``rank``, ``code_weight``)."""
+    from omegaconf import OmegaConf
+
+    from genrec.conf import CONF_DIR
+
+    path = CONF_DIR / "ranking" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise UserError(f"ranking: got {name!r}, expected one of {known}")
+    return OmegaConf.to_container(OmegaConf.load(path))
 
 
 class SIDGenerator(GenerativeRecommender):
@@ -163,7 +189,8 @@ class SIDGenerator(GenerativeRecommender):
             return BeamResult(items, scores, self.sids.codes[items])
         if self.rank == "guided":
             mass = self.trie.prefix_log_mass(item_log_probs)
-            return self.generate(batch, decoder=GuidedDecoder(self.decoder(batch), self.trie, mass, self.code_weight))
+            codes = self.decoder(batch) if self.code_weight else None  # weight 0: the codes are not scored at all
+            return self.generate(batch, decoder=GuidedDecoder(codes, self.trie, mass, self.code_weight))
         beam = self.generate(batch)
         hybrid = self.code_weight * beam.scores + item_log_probs.gather(1, beam.items)
         scores, order = hybrid.sort(dim=1, descending=True)

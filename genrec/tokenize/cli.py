@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from genrec.cli import check_command_line, run_cli
 from genrec.conf import CONF_MODULE
 from genrec.data.datamodule import load_dataset
+from genrec.errors import ConfigError
 from genrec.runs import RunFolder, results_file
 from genrec.trust import call_target
 from genrec.tokenize.collisions import resolve_collisions
@@ -46,6 +47,17 @@ def format_levels(health: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def level_order(order, num_levels: int) -> list[int]:
+    """``level_order`` (``None``: as fitted) checked to be a permutation of the quantizer's ``num_levels``
+    levels. Applied after the collisions are resolved (a collision level stays last)."""
+    if order is None:
+        return list(range(num_levels))
+    order = list(order)
+    if sorted(order) != list(range(num_levels)):
+        raise ConfigError("level_order", f"got {order}, expected a permutation of 0..{num_levels - 1}")
+    return order
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Encode, fit, resolve collisions, save the SID table and the health report. Returns metrics.json."""
     results = results_file(cfg)
@@ -62,15 +74,21 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("%s: %d items -> %s embeddings", data.name, data.num_items, x.shape)
 
     quantizer: Quantizer = build(cfg.tokenizer)
+    order = level_order(cfg.get("level_order"), quantizer.num_levels)
     started = time.time()
     quantizer.fit(x, seed=cfg.seed)
     raw_codes = quantizer.encode(x)
-    codes, sizes = resolve_collisions(raw_codes, cfg.collisions, quantizer.last_level_distances(x))
+    codes, sizes = resolve_collisions(raw_codes, cfg.collisions, quantizer.last_level_distances(x),
+                                      quantizer.codebook_sizes)
+    if order != sorted(order):  # a permutation keeps every tuple unique; a collision level stays last
+        columns = order + list(range(len(order), codes.shape[1]))
+        raw_codes, codes = np.ascontiguousarray(raw_codes[:, order]), np.ascontiguousarray(codes[:, columns])
+        sizes = [sizes[i] for i in columns]
     fit_seconds = time.time() - started
 
     table_config = {"data": cfg.data.name, "encoder": OmegaConf.to_container(cfg.encoder, resolve=True),
                     "tokenizer": OmegaConf.to_container(cfg.tokenizer, resolve=True),
-                    "collisions": cfg.collisions, "seed": cfg.seed}
+                    "collisions": cfg.collisions, "seed": cfg.seed, "level_order": order}
     table = SIDTable(codes=np.vstack([np.full((1, codes.shape[1]), PAD_CODE), codes]), codebook_sizes=sizes,
                      item_raw_ids=data.item_raw_ids, dataset=data.name, config=table_config,
                      semantic_levels=raw_codes.shape[1])

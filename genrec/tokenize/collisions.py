@@ -81,14 +81,16 @@ def reassign_to_free_codes(codes: np.ndarray, last_distances: np.ndarray) -> np.
     return codes
 
 
-def resolve_collisions(codes: np.ndarray, strategy: str, last_distances: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Apply ``strategy`` (one of :data:`STRATEGIES`) to ``codes (N, L)`` from a quantizer with ``K`` codes per
-    level. Returns unique codes and the per-level codebook sizes. ``last_distances (N, K)`` ranks the free codes
-    (nearest_free) or orders the items of a shared tuple (extra_level: nearest gets 0)."""
+def resolve_collisions(codes: np.ndarray, strategy: str, last_distances: np.ndarray,
+                       codebook_sizes: list[int] | None = None) -> tuple[np.ndarray, list[int]]:
+    """Apply ``strategy`` (one of :data:`STRATEGIES`) to ``codes (N, L)`` from a quantizer with ``codebook_sizes``
+    codes per level (``None``: ``K`` at every level). Returns unique codes and the per-level codebook sizes.
+    ``last_distances (N, K)`` ranks the free codes (nearest_free) or orders the items of a shared tuple
+    (extra_level: nearest gets 0)."""
     if strategy not in STRATEGIES:
         raise UserError(f"collisions must be one of {STRATEGIES}, got {strategy!r}")
     k = last_distances.shape[1]
-    sizes = [k] * codes.shape[1]
+    sizes = list(codebook_sizes) if codebook_sizes else [k] * codes.shape[1]
     if strategy == "extra_level":
         own = last_distances[np.arange(len(codes)), codes[:, -1]]
         resolved, extra = add_disambiguation_level(codes, own)

@@ -7,13 +7,14 @@ import numpy as np
 
 
 class Quantizer(Protocol):
-    """Maps item embeddings ``(N, D)`` to ``num_levels`` codes each in ``0..codebook_size-1``.
+    """Maps item embeddings ``(N, D)`` to ``num_levels`` codes, level ``l``'s in ``0..codebook_sizes[l]-1``.
 
     ``fit`` learns the codebooks on the whole catalogue; the other methods take the same kind of input.
     """
 
     num_levels: int
     codebook_size: int
+    codebook_sizes: list[int]
 
     def fit(self, x: np.ndarray, seed: int = 0) -> "Quantizer":
         """Learn from ``(N, D)`` float32 embeddings; deterministic for a given ``seed``."""

@@ -21,6 +21,7 @@ class ResidualKMeans:
     Args:
         num_levels: levels ``L``.
         codebook_size: codes per level ``K``.
+        first_codebook_size: ``K_0`` of the first level when it differs from ``K`` (``None``: ``K``).
         niter: Lloyd iterations per level.
         normalize_residuals: L2-normalise each item's residual before clustering it.
         balanced: capacity-constrained clusters (at most ``ceil(N / K)`` items per code), so codes are used
@@ -29,11 +30,15 @@ class ResidualKMeans:
     """
 
     def __init__(self, num_levels: int = 3, codebook_size: int = 256, niter: int = 25,
-                 normalize_residuals: bool = False, balanced: bool = False, balance_iters: int = 10):
-        if num_levels < 1 or codebook_size < 2:
-            raise UserError(f"tokenizer.num_levels must be >= 1 and tokenizer.codebook_size >= 2, got "
-                            f"{num_levels} and {codebook_size}")
+                 normalize_residuals: bool = False, balanced: bool = False, balance_iters: int = 10,
+                 first_codebook_size: int | None = None):
+        if num_levels < 1 or codebook_size < 2 or (first_codebook_size is not None and first_codebook_size < 2):
+            raise UserError(f"tokenizer.num_levels must be >= 1 and tokenizer.codebook_size (and "
+                            f"first_codebook_size) >= 2, got {num_levels}, {codebook_size}, {first_codebook_size}")
         self.num_levels, self.codebook_size, self.niter = num_levels, codebook_size, niter
+        self.first_codebook_size = first_codebook_size
+        #: ``K_l`` of every level
+        self.codebook_sizes = [first_codebook_size or codebook_size] + [codebook_size] * (num_levels - 1)
         self.normalize_residuals, self.balanced, self.balance_iters = normalize_residuals, balanced, balance_iters
         self.codebooks: list[np.ndarray] = []   # L x (K, D)
         self.norm_scales: list[float] = []      # L mean residual norms (1.0 without normalisation)
@@ -45,7 +50,7 @@ class ResidualKMeans:
             unit, norms = self._normalize(residual)
             fit = balanced_kmeans if self.balanced else kmeans
             extra = {"balance_iters": self.balance_iters} if self.balanced else {}
-            centroids = fit(unit, self.codebook_size, niter=self.niter, seed=seed + level, **extra)
+            centroids = fit(unit, self.codebook_sizes[level], niter=self.niter, seed=seed + level, **extra)
             self.codebooks.append(centroids)
             self.norm_scales.append(float(norms.mean()) if self.normalize_residuals else 1.0)
             residual = unit - centroids[self._assign(unit, centroids)]
@@ -96,5 +101,6 @@ class ResidualKMeans:
 
     def describe(self) -> dict[str, Any]:
         return {"method": "residual_kmeans", "num_levels": self.num_levels, "codebook_size": self.codebook_size,
+                "first_codebook_size": self.first_codebook_size,
                 "niter": self.niter, "normalize_residuals": self.normalize_residuals, "balanced": self.balanced,
                 "norm_scales": [round(s, 6) for s in self.norm_scales]}

@@ -46,22 +46,22 @@ class RQVAEOutput:
 
 
 class RQVAE(nn.Module):
-    """The network: ``encoder``, ``decoder`` (mirror image) and ``codebooks (L, K, d)``.
+    """The network: ``encoder``, ``decoder`` (mirror image) and ``L`` codebooks ``(K_l, d)``.
 
     Args:
         input_dim: ``D_in``.
         hidden_dims: encoder widths between input and latent (the decoder uses them reversed).
         latent_dim: ``d``.
-        num_levels / codebook_size: ``L`` and ``K``.
+        codebook_sizes: ``K_l`` of each of the ``L`` levels.
         beta: commitment weight.
     """
 
     def __init__(self, input_dim: int, hidden_dims: tuple[int, ...] = (512, 256, 128), latent_dim: int = 32,
-                 num_levels: int = 3, codebook_size: int = 256, beta: float = 0.25):
+                 codebook_sizes: tuple[int, ...] = (256, 256, 256), beta: float = 0.25):
         super().__init__()
         self.encoder = mlp([input_dim, *hidden_dims, latent_dim])
         self.decoder = mlp([latent_dim, *reversed(hidden_dims), input_dim])
-        self.codebooks = nn.Parameter(torch.randn(num_levels, codebook_size, latent_dim) * 0.01)
+        self.codebooks = nn.ParameterList(nn.Parameter(torch.randn(k, latent_dim) * 0.01) for k in codebook_sizes)
         self.beta = beta
 
     def quantize(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,7 +93,10 @@ class RQVAETokenizer:
     """Trains an :class:`RQVAE` on the catalogue's embeddings and encodes items to ``(N, L)`` codes.
 
     Args:
-        num_levels / codebook_size / hidden_dims / latent_dim / beta: see :class:`RQVAE`.
+        num_levels / codebook_size: ``L`` levels of ``K`` codes each.
+        first_codebook_size: ``K_0`` of the first level when it differs from ``K`` (``None``: ``K``): a larger
+            first codebook leaves fewer items to share each first code.
+        hidden_dims / latent_dim / beta: see :class:`RQVAE`.
         epochs: passes over the catalogue.
         batch_size: items per step.
         lr / weight_decay: AdamW.
@@ -105,11 +108,15 @@ class RQVAETokenizer:
     def __init__(self, num_levels: int = 3, codebook_size: int = 256, hidden_dims: tuple[int, ...] = (512, 256, 128),
                  latent_dim: int = 32, beta: float = 0.25, epochs: int = 300, batch_size: int = 1024,
                  lr: float = 1e-3, weight_decay: float = 0.0, kmeans_init: bool = True,
-                 reset_dead_codes: bool = True, device: str = "cpu"):
+                 reset_dead_codes: bool = True, device: str = "cpu", first_codebook_size: int | None = None):
         if num_levels < 1 or codebook_size < 2 or epochs < 1:
             raise UserError(f"tokenizer.num_levels >= 1, tokenizer.codebook_size >= 2 and tokenizer.epochs >= 1 "
                             f"required, got {num_levels}, {codebook_size}, {epochs}")
-        self.num_levels, self.codebook_size = num_levels, codebook_size
+        if first_codebook_size is not None and first_codebook_size < 2:
+            raise UserError(f"tokenizer.first_codebook_size >= 2 required, got {first_codebook_size}")
+        self.num_levels, self.codebook_size, self.first_codebook_size = num_levels, codebook_size, first_codebook_size
+        #: ``K_l`` of every level
+        self.codebook_sizes = [first_codebook_size or codebook_size] + [codebook_size] * (num_levels - 1)
         self.hidden_dims, self.latent_dim, self.beta = tuple(hidden_dims), latent_dim, beta
         self.epochs, self.batch_size, self.lr, self.weight_decay = epochs, batch_size, lr, weight_decay
         self.kmeans_init, self.reset_dead_codes, self.device = kmeans_init, reset_dead_codes, torch.device(device)
@@ -121,23 +128,25 @@ class RQVAETokenizer:
 
     def fit(self, x: np.ndarray, seed: int = 0) -> "RQVAETokenizer":
         x_all = torch.from_numpy(as_points(x)).to(self.device)
-        if len(x_all) < self.codebook_size:
-            raise UserError(f"tokenizer.codebook_size={self.codebook_size} exceeds the {len(x_all)} items")
+        if len(x_all) < max(self.codebook_sizes):
+            raise UserError(f"tokenizer: codebooks of {max(self.codebook_sizes)} codes exceed the {len(x_all)} items")
         torch.manual_seed(seed)
         generator = torch.Generator().manual_seed(seed)
-        self.model = model = RQVAE(x_all.shape[1], self.hidden_dims, self.latent_dim, self.num_levels,
-                                   self.codebook_size, self.beta).to(self.device)
+        self.model = model = RQVAE(x_all.shape[1], self.hidden_dims, self.latent_dim, self.codebook_sizes,
+                                   self.beta).to(self.device)
         if self.kmeans_init:
             with torch.no_grad():
                 latents = model.encoder(x_all).cpu().numpy()
-                init = ResidualKMeans(self.num_levels, self.codebook_size).fit(latents, seed=seed)
-                model.codebooks.copy_(torch.from_numpy(np.stack(init.codebooks)))
+                init = ResidualKMeans(self.num_levels, self.codebook_size,
+                                      first_codebook_size=self.first_codebook_size).fit(latents, seed=seed)
+                for codebook, centroids in zip(model.codebooks, init.codebooks):
+                    codebook.copy_(torch.from_numpy(centroids))
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         self.history, self.dead_codes_reset = [], 0
         started = time.time()
         for epoch in range(self.epochs):
             model.train()
-            used = torch.zeros(self.num_levels, self.codebook_size, dtype=torch.bool, device=self.device)
+            used = [torch.zeros(k, dtype=torch.bool, device=self.device) for k in self.codebook_sizes]
             totals = np.zeros(2)
             for batch in torch.randperm(len(x_all), generator=generator).split(self.batch_size):
                 out = model(x_all[batch.to(self.device)])
@@ -145,11 +154,12 @@ class RQVAETokenizer:
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                used.scatter_(1, out.codes.T, True)
+                for level, codes in enumerate(out.codes.T):
+                    used[level][codes] = True
                 totals += np.array([out.recon_loss.item(), out.quant_loss.item()]) * len(batch)
-            dead = int((~used).sum())
+            dead = sum(int((~u).sum()) for u in used)
             if self.reset_dead_codes and dead:
-                self._reset(x_all, ~used, generator)
+                self._reset(x_all, [~u for u in used], generator)
                 self.dead_codes_reset += dead
             self.history.append({"epoch": epoch, "recon_loss": totals[0] / len(x_all),
                                  "quant_loss": totals[1] / len(x_all), "dead_codes": dead})
@@ -165,14 +175,15 @@ class RQVAETokenizer:
         return self
 
     @torch.no_grad()
-    def _reset(self, x_all: torch.Tensor, dead: torch.Tensor, generator: torch.Generator) -> None:
-        """Set each dead code ``dead (L, K)`` to the residual of a random item at that level."""
+    def _reset(self, x_all: torch.Tensor, dead: list[torch.Tensor], generator: torch.Generator) -> None:
+        """Set each dead code (``dead``: one ``(K_l,)`` mask per level) to the residual of a random item at that
+        level."""
         residuals = self._forward(x_all).residuals  # (N, L, d)
         for level in range(self.num_levels):
             codes = dead[level].nonzero()[:, 0]
             if len(codes):
                 items = torch.randperm(len(x_all), generator=generator)[:len(codes)].to(self.device)
-                self.model.codebooks[level, codes] = residuals[items, level]
+                self.model.codebooks[level][codes] = residuals[items, level]
 
     @torch.no_grad()
     def _forward(self, x: torch.Tensor) -> RQVAEOutput:
@@ -197,6 +208,7 @@ class RQVAETokenizer:
     def describe(self) -> dict[str, Any]:
         last = self.history[-1] if self.history else {}
         return {"method": "rqvae", "num_levels": self.num_levels, "codebook_size": self.codebook_size,
+                "first_codebook_size": self.first_codebook_size,
                 "hidden_dims": list(self.hidden_dims), "latent_dim": self.latent_dim, "beta": self.beta,
                 "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
                 "weight_decay": self.weight_decay, "kmeans_init": self.kmeans_init,

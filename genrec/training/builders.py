@@ -27,7 +27,7 @@ from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest
 from genrec.trust import TRUSTED_TARGETS
 from genrec.tokenize.sid_table import SIDTable
 from genrec.training.align import AlignConfig, AlignTask
-from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher
+from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher, RetrievalDistillTask
 from genrec.training.generative import GenerativeTask
 from genrec.training.module import PipelinedRetrievalTask, RetrievalTask
 from genrec.training.tables import load_tables, private_stores
@@ -48,13 +48,44 @@ def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
 
 
 def load_sid_table(cfg: DictConfig, item_raw_ids: np.ndarray) -> SIDTable:
-    """The table at ``cfg.sid_table``, checked to hold exactly the dataset's items in its dense order."""
+    """The table at ``cfg.sid_table``, checked to hold exactly the dataset's items in its dense order; with cold
+    items (``data.split.cold_items``) also checked to have learnt nothing from their interactions
+    (:func:`require_split_of_sid_source`)."""
     if not cfg.get("sid_table"):
         raise ConfigError("sid_table", f"model={cfg.model.name} generates semantic IDs; set sid_table=<a folder "
                                        "written by genrec-tokenize for this dataset>")
     table = SIDTable.load(cfg.sid_table)
     table.require_items(item_raw_ids, source=f"sid_table={cfg.sid_table}")
+    split = SplitConfig.from_config(cfg.data.get("split"))
+    if split.cold_items:
+        require_split_of_sid_source(table, split, str(cfg.sid_table))
     return table
+
+
+def _run_dirs(node) -> list[str]:
+    """Every ``run_dir`` value inside an encoder config (collaborative, or the parts of a fused one)."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "run_dir" and v] + [d for v in node.values() for d in _run_dirs(v)]
+    return []
+
+
+def require_split_of_sid_source(table: SIDTable, split: SplitConfig, source: str) -> None:
+    """A model trained with cold items must not read SIDs fitted on their interactions: every run a table's encoder
+    read (a collaborative item table) must have been trained with the same split; a table whose encoder is not
+    recorded is refused (content-only encoders, e.g. ``encoder=text``, read no interactions)."""
+    encoder = (table.config or {}).get("encoder")
+    if not encoder:
+        raise ConfigError("sid_table", f"{source} records no encoder; with data.split.cold_items the SID table "
+                                       "must be shown to read no interaction of the cold items (make it with "
+                                       "genrec-tokenize)")
+    for run_dir in _run_dirs(encoder):
+        run = RunFolder.existing(run_dir, "sid_table encoder.run_dir")
+        theirs = SplitConfig.from_config(run.config().data.get("split"))
+        if theirs != split:
+            raise ConfigError("sid_table", f"{source} was fitted on the item table of {run_dir}, trained with "
+                                           f"data.split {theirs}, not this run's {split}: the cold items' "
+                                           "interactions would reach their codes; tokenize with encoder=text or a run "
+                                           "of the same split")
 
 
 def _task_settings(cfg: DictConfig) -> dict:
@@ -76,8 +107,14 @@ def _feature_embedding(cfg: DictConfig, features: EncodedFeatures | None) -> Fea
 
 
 def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
-                    features: EncodedFeatures | None = None) -> RetrievalTask:
+                    features: EncodedFeatures | None = None, distilled: bool = True) -> RetrievalTask:
+    """The retrieval task of ``cfg.model``; with ``distill=teacher`` (and ``distilled``) a
+    :class:`RetrievalDistillTask` taught by that run."""
     m = cfg.model
+    distill = DistillConfig.from_config(cfg.get("distill")) if distilled else None
+    if distill and cfg.get("sharding") and cfg.sharding.get("type"):
+        raise ConfigError("distill", f"sharding={cfg.sharding.type}: distillation trains unsharded retrieval models "
+                                     "only (sharding=none)")
     model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
                                   similarity=m.similarity, features=_feature_embedding(cfg, features))
     if cfg.get("sharding") and ShardingConfig.from_config(cfg.sharding).pipelined:
@@ -87,6 +124,9 @@ def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | 
                                                    "embedding@model.embedding=static or sharding.pipeline=none")
         return PipelinedRetrievalTask(model, instantiate(m.loss), seed=cfg.seed,
                                       gradient_clip_val=cfg.trainer.get("gradient_clip_val"), **_task_settings(cfg))
+    if distill:
+        teacher = load_teacher(distill, item_raw_ids, cfg.data.max_len, cfg.data.get("split"))
+        return RetrievalDistillTask(model, instantiate(m.loss), teacher, distill, **_task_settings(cfg))
     return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
 
 
@@ -148,7 +188,7 @@ def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int,
                         key="distill.teacher")
     path = run.checkpoint(distill.checkpoint)
     with torch.random.fork_rng(devices=[]):  # building it draws initial weights: leave the run's random state alone
-        task = _retrieval_task(cfg, len(item_raw_ids) - 1, item_raw_ids)
+        task = _retrieval_task(cfg, len(item_raw_ids) - 1, item_raw_ids, distilled=False)
     load_weights(path, task)
     return FrozenTeacher(task.model, {"run_dir": str(run.path), "model": cfg.model.name,
                                       "checkpoint": str(path.relative_to(run.path)), "sha256": file_digest(path)})

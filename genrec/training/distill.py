@@ -5,7 +5,11 @@ summed by code prefix, and the student's per-level softmax along the true target
 between those top items and the item head's softmax. The student's compute per step is that of plain training: the
 distillation terms read the log-probabilities the training loss computes anyway. The teacher is frozen, in eval mode
 (it draws no random numbers), not part of the student's state dict or checkpoints: a resumed run reads it again from
-its run folder, which ``distill.teacher`` names."""
+its run folder, which ``distill.teacher`` names.
+
+A retrieval student (SASRec, HSTU: :class:`RetrievalDistillTask`) is taught the same teacher's top items at every
+position through its softmax over every item, the term a generator's item head learns with ``item_head_weight``,
+weighted by ``weight``: the ablation of a generator distilled into an ID model of its size."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +24,7 @@ from genrec.models.distill import distillation_loss, item_distillation_loss, lev
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.recommender import SequentialRecommender
 from genrec.training.generative import GenerativeTask, global_mean
+from genrec.training.module import RetrievalTask
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,8 @@ class DistillConfig:
     Attributes:
         teacher: a genrec-train run folder of a retrieval model trained on the same dataset.
         checkpoint: its ``best`` (the checkpoint its metrics.json names) or ``last`` checkpoint.
-        weight: weight of the distillation term (0: plain next-token training).
+        weight: weight of the distillation term (0: plain next-token training); for a retrieval student, of the
+            cross-entropy between the teacher's top items and its softmax over every item.
         top_k: the teacher's items per position whose probabilities are distilled.
         temperature: the teacher's softmax temperature.
         item_head_weight: weight of the cross-entropy between the teacher's top items and the student's item head
@@ -81,6 +87,17 @@ class FrozenTeacher:
         return scores
 
 
+def _check_students_items(teacher: FrozenTeacher, num_items: int) -> None:
+    if teacher.model.num_items != num_items:
+        raise ConfigError("distill.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
+                                             f"{num_items}")
+
+
+def _teacher_record(teacher: FrozenTeacher, distill: DistillConfig) -> dict[str, Any]:
+    return {"teacher": teacher.info, "weight": distill.weight, "top_k": distill.top_k,
+            "temperature": distill.temperature, "item_head_weight": distill.item_head_weight}
+
+
 class DistillTask(GenerativeTask):
     """:class:`GenerativeTask` whose loss adds ``weight`` x the distillation term; logs ``train/nll`` and
     ``train/distill`` beside the total.
@@ -94,9 +111,7 @@ class DistillTask(GenerativeTask):
 
     def __init__(self, model: GenerativeRecommender, teacher: FrozenTeacher, distill: DistillConfig, **kwargs):
         super().__init__(model, **kwargs)
-        if teacher.model.num_items != model.num_items:
-            raise ConfigError("distill.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
-                                                 f"{model.num_items}")
+        _check_students_items(teacher, model.num_items)
         if distill.item_head_weight > 0 and not getattr(model, "has_item_head", False):
             raise ConfigError("distill.item_head_weight", f"got {distill.item_head_weight}, but the student has no "
                                                           "item head (model.generator.item_head=true)")
@@ -124,7 +139,52 @@ class DistillTask(GenerativeTask):
         return global_mean(loss, len(targets.items))
 
     def run_info(self) -> dict[str, Any]:
-        d = self.distill
-        return {**super().run_info(),
-                "distill": {"teacher": self.teacher.info, "weight": d.weight, "top_k": d.top_k,
-                            "temperature": d.temperature, "item_head_weight": d.item_head_weight}}
+        return {**super().run_info(), "distill": _teacher_record(self.teacher, self.distill)}
+
+
+class RetrievalDistillTask(RetrievalTask):
+    """:class:`RetrievalTask` whose loss adds ``weight`` x the cross-entropy between the teacher's top items after
+    every training position and the student's softmax over every item (:func:`item_distillation_loss`; the softmax
+    of the full-softmax loss: scores divided by the loss's temperature); logs ``train/nll`` and
+    ``train/distill_items``. One pass of the student per step, as in plain training.
+
+    Args:
+        model: the student.
+        loss: its next-item loss (the ``train/nll`` term).
+        teacher: the frozen teacher.
+        distill: the settings (``item_head_weight`` must be 0: the student's item distribution is its output).
+        kwargs: :class:`RetrievalTask` settings.
+    """
+
+    def __init__(self, model: SequentialRecommender, loss: torch.nn.Module, teacher: FrozenTeacher,
+                 distill: DistillConfig, **kwargs):
+        super().__init__(model, loss, **kwargs)
+        _check_students_items(teacher, model.num_items)
+        if distill.item_head_weight > 0:
+            raise ConfigError("distill.item_head_weight", f"got {distill.item_head_weight}, but a retrieval student "
+                                                          "has no item head: its softmax over the items is taught with "
+                                                          "distill.weight")
+        self.teacher, self.distill = teacher, distill
+
+    def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
+        states = self.model.encode(batch)  # (N, D)
+        item_ids = self.loss.item_ids(batch.target_ids, self.model.num_items)  # None: the whole table
+        vectors = self.model.all_item_vectors()  # (num_items + 1, D)
+        nll = self.loss(states, batch.target_ids, item_ids, vectors if item_ids is None else vectors[item_ids])
+        logits = (states / getattr(self.loss, "temperature", 1.0)) @ vectors.T
+        logits[:, 0] = float("-inf")
+        positions = torch.arange(len(batch.target_ids), device=states.device)
+        items, probs = teacher_top_k(self.teacher.scores(batch, positions), self.distill.top_k,
+                                     self.distill.temperature)
+        distill = item_distillation_loss(logits.float().log_softmax(1), items, probs)
+        for name, value in (("nll", nll), ("distill_items", distill)):
+            self.log(f"train/{name}", value.detach(), on_step=True, on_epoch=True, batch_size=batch.batch_size,
+                     sync_dist=True)
+        return self.global_mean(nll + self.distill.weight * distill, batch)
+
+    def run_info(self) -> dict[str, Any]:
+        """The student's parameter count (to set beside a generator's: the distilled-SASRec ablation) and the
+        distillation settings."""
+        parameters = sum(p.numel() for p in self.model.parameters())
+        return {**super().run_info(), "parameters": {"total": parameters, "trainable": parameters},
+                "distill": _teacher_record(self.teacher, self.distill)}

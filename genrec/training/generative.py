@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from genrec.data.batch import JaggedBatch
 from genrec.models.generative import BeamScorer, GenerativeRecommender
+from genrec.models.sid_generator import carried_by
 from genrec.training.fsdp import FSDPStrategy, shard_generator
 from genrec.training.task import RecommenderTask, Reduce, Scorer
 
@@ -30,8 +31,9 @@ class GenerativeTask(RecommenderTask):
     items become a score matrix ranked by genrec's evaluator, so Recall/NDCG at cut-offs up to ``top_k`` are exact
     for the beam's list and MRR counts only targets inside it. Also reported: ``invalid_rate``, the share of
     returned tuples that map to no item (0 with constrained decoding), and ``target_log_prob``, the mean
-    teacher-forced ``log p(target | history)`` of the users' true next items (does a stage make the true item more
-    or less likely, beam or not).
+    teacher-forced score of the users' true next items under what ranks (:class:`BeamScorer`: the code
+    ``log p(target | history)`` where the codes rank, the item head's where it ranks alone; does a stage make the
+    true item more or less likely, beam or not).
 
     Args:
         model: the generative recommender.
@@ -88,7 +90,9 @@ class GenerativeTask(RecommenderTask):
                 "decoding": {"beam": m.beam, "top_k": m.top_k, "constrained": m.constrained,
                              "history_removal": "history items masked in the beam's last step" if
                              self.exclude_history else "none",
-                             "rank": getattr(m, "rank", "codes"), "ranking": _ranking(m)}}
+                             "rank": getattr(m, "rank", "codes"), "code_weight": getattr(m, "code_weight", 1.0),
+                             "carried_by": carried_by(getattr(m, "rank", "codes"), getattr(m, "code_weight", 1.0)),
+                             "ranking": _ranking(m)}}
 
 
 def _ranking(model: GenerativeRecommender) -> str:

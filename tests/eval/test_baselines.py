@@ -7,7 +7,7 @@ import torch
 from genrec.data.batch import EvalSequences, collate
 from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.data.schema import InteractionLog
-from genrec.eval.baselines import ItemTransitions, MostPopular, item_popularity
+from genrec.eval.baselines import ItemTransitions, MostPopular, SemanticKNN, item_popularity
 
 
 @pytest.fixture()
@@ -47,3 +47,20 @@ def test_last_items_with_skip_transitions(data):
     batch = collate([EvalSequences(data, 10, "test")[0]])  # u0 history [1, 2, 3, 4]: voters 4 then 3
     fill = item_popularity(data) / 4 * 1e-3
     np.testing.assert_allclose(model(batch)[0].numpy(), dense[4] + 0.5 * dense[3] + fill, rtol=1e-6)
+
+
+def test_semantic_knn_votes_by_content_similarity_to_the_last_items(data):
+    """``score(i) = sum_j 0.5**j cos(e(h_-1-j), e(i))`` over the last three items, by hand; it counts no interaction,
+    so an item never in a training part (5) scores like any other."""
+    embeddings = np.array([[1, 0], [1, 1], [0, 1], [-1, 0], [1, -1]], dtype=np.float32)  # items 1..5
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    knn = SemanticKNN(data, embeddings)
+    batch = collate([EvalSequences(data, 10, "test")[u] for u in range(3)])  # histories [1,2,3,4], [1,2,5], [4,2,3,1]
+    scores = knn(batch).numpy()
+    for row, history in enumerate([[1, 2, 3, 4], [1, 2, 5], [4, 2, 3, 1]]):
+        expected = sum(0.5 ** j * unit @ unit[item - 1] for j, item in enumerate(reversed(history[-3:])))
+        np.testing.assert_allclose(scores[row, 1:], expected, rtol=1e-5, atol=1e-6)
+        assert scores[row, 0] == float("-inf")
+    assert item_popularity(data)[5] == 0 and np.isfinite(scores[:, 5]).all()  # never trained, scored by content
+    with pytest.raises(ValueError, match="2 rows for 5 items"):
+        SemanticKNN(data, embeddings[:2])

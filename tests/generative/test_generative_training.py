@@ -47,9 +47,11 @@ def test_run_folder_records_the_sid_table_and_decoding(trained, sid_table):
     saved = json.loads((run_dir / "metrics.json").read_text())
     assert saved["model"] == name and (run_dir / "checkpoints" / "best.ckpt").exists()
     assert saved["sid_table"]["content_hash"] == SIDTable.load(sid_table).content_hash
+    rank = _rank(run_dir)
+    own = {"rank": rank, "code_weight": 1.0, "carried_by": "codes" if rank == "codes" else "both"}
     assert saved["decoding"] | {"ranking": None} == {"beam": 20, "top_k": 20, "constrained": True, "ranking": None,
                                                      "history_removal": "history items masked in the beam's last step",
-                                                     "rank": _rank(run_dir)}
+                                                     **own}
     for split in ("valid", "test"):
         assert saved["metrics"][split]["invalid_rate"] == 0.0
         assert 0.0 <= saved["metrics"][split]["recall@20"] <= 1.0
@@ -119,6 +121,31 @@ def test_compare_rankings_reproduces_the_runs_own_ranking(trained, tmp_path):
             assert other["metrics"][split]["recall@20"] == pytest.approx(rows[0]["metrics"][split]["recall@20"])
 
 
+def test_compare_rankings_records_the_protocol_users_checkpoint_and_named_modes(trained, tmp_path):
+    """Every row of a ranking file records the run's protocol (its split, the users scored in each split), the
+    checkpoint it ranked (file and sha256, those of the run's own record) and what carries its ranking; ``--mode``
+    takes the named settings of conf/ranking; the baselines are measured on the same splits."""
+    name, run_dir, metrics = trained
+    if _rank(run_dir) != "hybrid":
+        pytest.skip("the named modes but codes rank with the item head")
+    out = tmp_path / "modes.json"
+    load_script("compare_rankings").main([str(run_dir), "--out", str(out), "--baselines", "most_popular"] +
+                                         [a for m in ("codes", "head", "liger", "guided") for a in ("--mode", m)])
+    found = json.loads(out.read_text())
+    rows = found["runs"]
+    assert [(r["mode"], r["decoding"], r["carried_by"]) for r in rows] == [
+        ("codes", {"rank": "codes", "code_weight": 1.0}, "codes"),
+        ("head", {"rank": "items", "code_weight": 0.0}, "head"),
+        ("liger", {"rank": "hybrid", "code_weight": 0.0}, "both"),
+        ("guided", {"rank": "guided", "code_weight": 0.5}, "both")]
+    users = metrics["protocol"]["split_details"]["users_evaluated"]
+    for row in rows:
+        assert row["checkpoint"] == metrics["checkpoints"]["best"]
+        assert row["protocol"]["users_scored"] == users and row["protocol"]["split"] == metrics["protocol"]["split"]
+        assert row["protocol"]["exclude_history"] is True and row["protocol"]["ranking"] == "full corpus"
+    assert found["baselines"]["most_popular"]["test"] == pytest.approx(metrics["baselines"]["most_popular"]["test"])
+
+
 def test_a_decoding_key_added_after_the_run_trained_takes_effect(trained, tmp_path):
     """A run whose saved config predates ``model.decoding.code_weight`` is evaluated with it all the same."""
     name, run_dir, metrics = trained
@@ -157,9 +184,9 @@ def test_missing_sid_table_is_named(sid_table, tmp_path):
 
 
 def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tiny_run, tmp_path):
-    """scripts/diagnose_generator.py: the generator's per-level nats sum to its test ``-log p(target)`` (the run's own
-    metric), the teacher's to its softmax over every item, and the beam row over every test user is the run's test
-    metrics."""
+    """scripts/diagnose_generator.py: the generator's per-level nats sum to its test code ``-log p(target)`` (the
+    run's own metric where its codes rank, else computed here), the teacher's to its softmax over every item, and the
+    beam row over every test user is the run's test metrics."""
     name, run_dir, metrics = trained
     script = load_script("diagnose_generator")
     out = tmp_path / "diagnosis.json"
@@ -167,10 +194,15 @@ def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tin
                  "--train-batches", "2", "--wide-beam", "40"])
     found = json.loads(out.read_text())
     test = metrics["metrics"]["test"]
-    assert sum(level["test"]["generator_nats"] for level in found["levels"]) == \
-        pytest.approx(-test["target_log_prob"], rel=1e-5)
     _, datamodule, teacher = load_run(tiny_run[0])
-    gen_cfg, gen_data, _ = load_run(run_dir)
+    gen_cfg, gen_data, generator = load_run(run_dir)
+    if _rank(run_dir) == "codes":
+        code_log_prob = test["target_log_prob"]
+    else:
+        with torch.no_grad():
+            code_log_prob = torch.cat([generator.model.item_log_probs(batch, batch.target_ids[:, None])[:, 0]
+                                       for batch in gen_data.test_dataloader()]).double().mean().item()
+    assert sum(level["test"]["generator_nats"] for level in found["levels"]) == pytest.approx(-code_log_prob, rel=1e-5)
     scorer, nats = teacher.make_scorer(), []
     with torch.no_grad():
         for batch in gen_data.test_dataloader():

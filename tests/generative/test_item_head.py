@@ -229,3 +229,37 @@ def test_a_tiny_model_learns_a_deterministic_successor_through_its_item_head(tie
     model.eval()
     top = model.ranked(eval_batch([[i, i % 40 + 1] for i in range(1, 41)])).items[:, 0]
     assert float((top == torch.tensor([(i + 1) % 40 + 1 for i in range(1, 41)])).float().mean()) > 0.9
+
+
+@pytest.mark.parametrize("rank, weight", [("guided", 0.0), ("items", 1.0)])
+def test_ranking_by_the_item_head_alone_runs_no_code_model(rank, weight):
+    """At code weight 0 the guided beam only searches the trie for the head's best items: the code model is never
+    prefilled or stepped (before, it ran every beam step and was discarded), and the one backbone pass is the item
+    head's. The BeamScorer's target score adds one more head pass, still no code model."""
+    model = generator(rank=rank, code_weight=weight)
+    batch = eval_batch(HISTORIES, targets=[20, 21, 22, 23])
+    for call, passes in ((model.ranked, 1), (model.scorer(), 2)):
+        with mock.patch.object(model.backbone, "prefill", wraps=model.backbone.prefill) as prefill, \
+                mock.patch.object(model.backbone, "step", wraps=model.backbone.step) as step, \
+                mock.patch.object(model.backbone, "forward", wraps=model.backbone.forward) as forward:
+            call(batch)
+        assert (prefill.call_count, step.call_count, forward.call_count) == (0, 0, passes)
+
+
+@pytest.mark.parametrize("rank, weight", [("codes", 1.0), ("items", 1.0), ("guided", 0.0), ("hybrid", 0.0),
+                                          ("guided", 0.5)])
+def test_the_target_log_probability_is_that_of_what_ranks(rank, weight):
+    """``target_log_prob`` (the BeamScorer's sum over users) is the true target's score under what carries the
+    ranking: its code log-probability where the codes rank, its item-head log-probability where the head alone
+    orders the list (before: always the code model's), ``code_weight`` x code + head where both do."""
+    model = generator(rank=rank, code_weight=weight)
+    targets = [20, 21, 22, 23]
+    batch = eval_batch(HISTORIES, targets=targets)
+    scorer = model.scorer()
+    scorer(batch)
+    with torch.no_grad():
+        code = model.item_log_probs(batch, torch.tensor(targets)[:, None])[:, 0]
+        head = model.item_head_log_probs(batch)[torch.arange(4), torch.tensor(targets)]
+    expected = {"codes": code, "items": head}.get(rank, weight * code + head)
+    _, _, users, total = scorer.pop_counts()
+    assert users == 4 and total == pytest.approx(float(expected.sum()), abs=1e-4)

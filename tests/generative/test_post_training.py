@@ -12,6 +12,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from genrec.conf import CONF_DIR, compose_config
 from genrec.data.batch import JaggedBatch, collate
@@ -542,6 +543,44 @@ def test_item_head_distillation_adds_the_teachers_top_items_to_the_loss(tiny_run
         build_task(_compose(_base(workdir) + distill), dm.data.num_items, dm.data.item_raw_ids)
 
 
+def test_a_distilled_sasrec_adds_the_teachers_top_items_to_its_softmax_loss(tiny_run, workdir):
+    """``model=sasrec distill=teacher``: the loss is the full-softmax next-item loss plus ``weight`` x the cross-entropy
+    between the teacher's top ``k`` items after every position and the student's softmax over all items, both
+    computed here by hand, position by position; ``item_head_weight`` is refused (a SASRec has no item head)."""
+    teacher_dir, _ = tiny_run
+    student = DATA + ["model=sasrec", "model.dim=16", "model.encoder.dropout=0.0", "seed=3",
+                      f"data.cache_dir={workdir / 'cache'}", "distill=teacher", f"distill.teacher={teacher_dir}", "distill.weight=0.5",
+                      "distill.top_k=5", "distill.temperature=2.0"]
+    cfg = _compose(student)
+    L.seed_everything(cfg.seed, verbose=False)
+    dm = build_datamodule(cfg)
+    dm.setup()
+    task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
+    task.log = lambda *args, **kwargs: None  # no trainer attached
+    assert type(task).__name__ == "RetrievalDistillTask"
+    batch = next(iter(dm.train_dataloader()))
+    with torch.no_grad():
+        loss = float(task.training_loss(batch))
+        states, table = task.model.encode(batch), task.model.all_item_vectors()
+        teacher = task.teacher.model
+        teacher_scores = teacher.encode(batch) @ teacher.all_item_vectors().T
+        nll = distill = 0.0
+        for n in range(len(batch.target_ids)):
+            logits = states[n] @ table[1:].T  # items 1..num_items
+            logp = logits - torch.logsumexp(logits, 0)
+            nll -= float(logp[batch.target_ids[n] - 1])
+            top = teacher_scores[n, 1:].topk(5)
+            q = torch.softmax(top.values / 2.0, 0)
+            distill -= float((q * logp[top.indices]).sum())
+        count = len(batch.target_ids)
+    assert loss == pytest.approx(nll / count + 0.5 * distill / count, rel=1e-5)
+    info = task.run_info()
+    assert info["parameters"]["total"] == sum(p.numel() for p in task.model.parameters())
+    assert info["distill"]["teacher"]["run_dir"] == str(teacher_dir) and info["distill"]["top_k"] == 5
+    with pytest.raises(ConfigError, match="distill.item_head_weight: got 1.0, but a retrieval student has no item"):
+        build_task(_compose(student + ["distill.item_head_weight=1.0"]), dm.data.num_items, dm.data.item_raw_ids)
+
+
 def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     teacher_dir, _ = tiny_run
     cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.max_len=30"])
@@ -554,6 +593,39 @@ def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     with pytest.raises(ConfigError, match="align or distill, not both"):
         build_task(_compose(_base(workdir) + ["align=dpo", "distill=teacher", f"distill.teacher={teacher_dir}"]),
                    120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
+
+
+def test_cold_items_reach_neither_the_teacher_nor_the_sid_table(tiny_run, workdir, tmp_path):
+    """With ``data.split.cold_items`` a teacher trained without that split (it read the cold items' interactions) is
+    refused, and so is a SID table fitted on such a run's item table (collaborative) or one that records no encoder;
+    a table of item content (``encoder=text``) is accepted, as is a collaborative table of a run with the split."""
+    teacher_dir, _ = tiny_run
+    cold = ["data.split.cold_items=0.1", "data.split.cold_seed=1"]
+    cfg = _compose(_base(workdir) + cold)
+    raw = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids
+    table = SIDTable.load(workdir / "sid")
+
+    def student(encoder, extra=()):
+        folder = tmp_path / encoder["name"]
+        dataclasses.replace(table, config={"encoder": encoder}).save(folder)
+        overrides = _base(workdir) + cold + [f"sid_table={folder}", *extra]
+        return build_task(_compose(overrides), len(raw) - 1, raw)
+
+    with pytest.raises(ConfigError, match="a teacher needs the student's split"):
+        student({"name": "text"}, ["distill=teacher", f"distill.teacher={teacher_dir}"])
+
+    with pytest.raises(ConfigError, match="fitted on the item table of .* the cold items' interactions would reach"):
+        student({"name": "collaborative", "run_dir": str(teacher_dir)})
+    with pytest.raises(ConfigError, match="fused.* the cold items' interactions would reach"):
+        student({"name": "fused", "parts": {"text": {"name": "text"}, "collaborative": {"run_dir": str(teacher_dir)}}})
+    with pytest.raises(ConfigError, match="records no encoder"):
+        build_task(_compose(_base(workdir) + cold), len(raw) - 1, raw)
+    assert isinstance(student({"name": "text", "fields": ["title"]}), GenerativeTask)
+    cold_teacher = tmp_path / "cold_teacher"
+    (cold_teacher).mkdir()
+    saved = _compose(DATA + cold + ["model=sasrec"])
+    (cold_teacher / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    assert isinstance(student({"name": "collaborative", "run_dir": str(cold_teacher)}), GenerativeTask)
 
 
 # ---- stages: init_from -------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def test_codes_match_a_numpy_recomputation(trained, clustered):
     model = trained.model
     with torch.no_grad():
         residual = model.encoder(torch.from_numpy(x)).numpy().astype(np.float64)
-    books = model.codebooks.detach().numpy().astype(np.float64)
+    books = [book.detach().numpy().astype(np.float64) for book in model.codebooks]
     expected = []
     for book in books:
         code = ((residual[:, None, :] - book[None]) ** 2).sum(-1).argmin(1)
@@ -64,9 +64,9 @@ def test_seeded_determinism(clustered):
 
     first, again, other = fit(3), fit(3), fit(4)
     np.testing.assert_array_equal(first.encode(x), again.encode(x))
-    assert torch.equal(first.model.codebooks, again.model.codebooks)
+    assert all(torch.equal(a, b) for a, b in zip(first.model.codebooks, again.model.codebooks))
     assert [h["recon_loss"] for h in first.history] == [h["recon_loss"] for h in again.history]
-    assert not torch.equal(first.model.codebooks, other.model.codebooks)
+    assert not torch.equal(first.model.codebooks[0], other.model.codebooks[0])
 
 
 def test_kmeans_init_starts_from_the_latents_clusters(clustered):
@@ -87,16 +87,34 @@ def test_dead_codes_are_reset_so_no_level_collapses(clustered):
 
 
 def test_straight_through_gradient_reaches_the_encoder():
-    model = RQVAE(input_dim=6, hidden_dims=(5,), latent_dim=3, num_levels=2, codebook_size=4)
+    model = RQVAE(input_dim=6, hidden_dims=(5,), latent_dim=3, codebook_sizes=(4, 4))
     out = model(torch.randn(10, 6))
     (out.recon_loss + out.quant_loss).backward()
-    assert model.encoder[0].weight.grad.abs().sum() > 0 and model.codebooks.grad.abs().sum() > 0
+    assert model.encoder[0].weight.grad.abs().sum() > 0 and model.codebooks[0].grad.abs().sum() > 0
     assert out.codes.shape == (10, 2) and out.residuals.shape == (10, 2, 3)
 
 
 def test_too_few_items_for_the_codebook():
-    with pytest.raises(ValueError, match="tokenizer.codebook_size=64"):
+    with pytest.raises(ValueError, match="codebooks of 64 codes exceed the 10 items"):
         RQVAETokenizer(codebook_size=64, epochs=1).fit(np.zeros((10, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="first_codebook_size >= 2"):
+        RQVAETokenizer(first_codebook_size=1)
+
+
+def test_a_larger_first_codebook_splits_the_first_level_finer(clustered):
+    """``first_codebook_size``: the first level has its own size (every code a valid index, more of them used), the
+    others keep ``codebook_size``; the codes still equal the nearest-code recomputation."""
+    x, _ = clustered
+    wide = RQVAETokenizer(num_levels=2, codebook_size=8, first_codebook_size=32, epochs=5, **SMALL).fit(x, seed=0)
+    assert wide.codebook_sizes == [32, 8] and [tuple(b.shape) for b in wide.model.codebooks] == [(32, 8), (8, 8)]
+    codes = wide.encode(x)
+    assert codes[:, 0].max() < 32 and codes[:, 1].max() < 8 and len(np.unique(codes[:, 0])) > 8
+    with torch.no_grad():
+        z = wide.model.encoder(torch.from_numpy(x))
+        first = torch.cdist(z, wide.model.codebooks[0]).argmin(1).numpy()
+    np.testing.assert_array_equal(codes[:, 0], first)
+    assert wide.describe()["first_codebook_size"] == 32
+    assert wide.last_level_distances(x).shape == (len(x), 8)
 
 
 @pytest.mark.slow

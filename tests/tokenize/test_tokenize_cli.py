@@ -21,12 +21,14 @@ def _run(tmp_path, overrides):
 
 # rqvae: 18 distinct category + brand vectors for ~150 items, so collisions are certain; balanced residual
 # k-means keeps <= ceil(N/16) items per first-level code, so a free last-level code always exists
-@pytest.mark.parametrize("tokenizer, collisions, fields, size", [
-    ("rkmeans_balanced", "nearest_free", "[categories,brand,title]", 16),
-    ("rqvae", "extra_level", "[categories,brand]", 8)])
-def test_run_writes_a_loadable_table_and_health_report(tmp_path, tokenizer, collisions, fields, size):
+@pytest.mark.parametrize("tokenizer, collisions, fields, size, first", [
+    ("rkmeans_balanced", "nearest_free", "[categories,brand,title]", 16, None),
+    ("rqvae", "extra_level", "[categories,brand]", 8, None),
+    ("rqvae", "extra_level", "[categories,brand]", 8, 12)])  # a larger first codebook
+def test_run_writes_a_loadable_table_and_health_report(tmp_path, tokenizer, collisions, fields, size, first):
     overrides = [f"tokenizer={tokenizer}", f"collisions={collisions}", f"encoder.fields={fields}",
                  f"tokenizer.codebook_size={size}", "tokenizer.num_levels=2"]
+    overrides += [f"tokenizer.first_codebook_size={first}"] if first else []
     if tokenizer == "rqvae":
         overrides += ["tokenizer.epochs=5", "tokenizer.hidden_dims=[32]", "tokenizer.latent_dim=8",
                       "tokenizer.batch_size=64"]
@@ -39,6 +41,7 @@ def test_run_writes_a_loadable_table_and_health_report(tmp_path, tokenizer, coll
     assert table.num_items == metrics["dataset"]["items"] > 100
     np.testing.assert_array_equal(table.item_of(table.codes[1:]), np.arange(1, table.num_items + 1))
     assert table.config["tokenizer"]["name"] == tokenizer and table.config["collisions"] == collisions
+    assert list(table.codebook_sizes[:2]) == [first or size, size] and table.codes[1:, 0].max() < (first or size)
     health = json.loads((run_dir / "metrics.json").read_text())["health"]
     assert health["collisions_after"]["colliding_items"] == 0
     if tokenizer == "rqvae":
@@ -67,3 +70,19 @@ def test_same_seed_same_table(tmp_path):
     hashes = [_run(tmp_path / f"run{i}", overrides + [f"seed={seed}"])[1]["sid_table"]["content_hash"]
               for i, seed in enumerate((0, 0, 1))]
     assert hashes[0] == hashes[1] != hashes[2]
+
+
+def test_level_order_puts_the_quantizers_levels_in_that_order(tmp_path):
+    """``level_order=[1,0]``: the same fit (same seed) with its two semantic levels swapped (and the codebook sizes
+    with them), the collision level last; an order that is no permutation is refused naming the key."""
+    overrides = ["tokenizer=rqvae", "tokenizer.codebook_size=8", "tokenizer.first_codebook_size=12",
+                 "tokenizer.num_levels=2", "tokenizer.epochs=3", "tokenizer.hidden_dims=[32]",
+                 "tokenizer.latent_dim=8", "encoder.fields=[categories,brand,title]"]
+    _run(tmp_path / "plain", overrides)
+    _run(tmp_path / "swapped", overrides + ["level_order=[1,0]"])
+    plain, swapped = SIDTable.load(tmp_path / "plain" / "run"), SIDTable.load(tmp_path / "swapped" / "run")
+    assert list(plain.codebook_sizes[:2]) == [12, 8] and list(swapped.codebook_sizes[:2]) == [8, 12]
+    np.testing.assert_array_equal(swapped.codes[1:], plain.codes[1:, [1, 0, 2]])
+    assert swapped.config["level_order"] == [1, 0] and plain.config["level_order"] == [0, 1]
+    with pytest.raises(Exception, match=r"level_order: got \[0, 0\]"):
+        _run(tmp_path / "bad", overrides + ["level_order=[0,0]"])
