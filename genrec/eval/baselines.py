@@ -83,6 +83,7 @@ class ItemTransitions:
 #: the settings of ``transitions_last3_skip``, the strongest baseline (also the prior of genrec.models.prior_head)
 LAST3_SKIP = {"num_last": 3, "decay": 0.5, "skip": True, "skip_weight": 0.5}
 
+
 def content_embeddings(data: SequenceData) -> np.ndarray:
     """``(num_items, D)`` the items' text embeddings with the text encoder's defaults (the embeddings a text SID
     table is made from: ``genrec-tokenize encoder.on_empty=raw_id``; read from its cache when one made them)."""
