@@ -57,11 +57,28 @@ def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
         _exit_with(prog, str(found))
 
 
+#: config groups that were renamed -> what replaced them: an override naming the old one is refused with the new one
+RENAMED_GROUPS = {"align": "stage", "distill": "stage"}
+
+
+def _renamed(override: str) -> str | None:
+    """The one-line advice for an override of a renamed group (``align=dpo``, ``distill.teacher=...``), or None."""
+    key, _, value = override.lstrip("+~").partition("=")
+    group, _, rest = key.partition(".")
+    if group not in RENAMED_GROUPS:
+        return None
+    new = RENAMED_GROUPS[group]
+    spelling = f"{new}.{rest}=..." if rest else f"{new}={'distill' if group == 'distill' else value or '<name>'}"
+    return (f"{override}: the post-training stages are one config group now (genrec/conf/stage: sft, dpo, sdpo, "
+            f"distill): use {spelling}")
+
+
 def check_command_line(prog: str, config_name: str, argv: list[str] | None = None) -> None:
     """Compose ``config_name`` with the command line's overrides (``sys.argv[1:]``) before Hydra runs: an override
     that names no key (``trainer.max_epochz=3``), no group option (``model=sasrecc``) or does not parse ends the
-    process with one line and exit status 2 (Hydra would print a multi-line report and exit 1). A command line with
-    flags (``--help``, ``-m``, ``--cfg``...) is left to Hydra."""
+    process with one line and exit status 2 (Hydra would print a multi-line report and exit 1), and so does an
+    override of a renamed group (:data:`RENAMED_GROUPS`), naming the new spelling. A command line with flags
+    (``--help``, ``-m``, ``--cfg``...) is left to Hydra."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -70,6 +87,10 @@ def check_command_line(prog: str, config_name: str, argv: list[str] | None = Non
     overrides = sys.argv[1:] if argv is None else argv
     if any(arg.startswith("-") for arg in overrides):
         return
+    for override in overrides:
+        advice = _renamed(override)
+        if advice:
+            _exit_with(prog, advice)
     try:
         compose_config(config_name, overrides)
     except (HydraException, OmegaConfBaseException) as err:

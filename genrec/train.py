@@ -40,6 +40,7 @@ from genrec.models.item_init import initialize_items
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest, results_file
 from genrec.training.builders import build_datamodule, build_task, init_checkpoint, initialize
 from genrec.training.plots import plot_curves
+from genrec.training.stages import check_stage
 from genrec.training.tables import check_table_config, close_tables
 from genrec.training.telemetry import Telemetry, format_summary
 from genrec.training.trainer import build_trainer, check_train_config
@@ -116,6 +117,7 @@ def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
     check_table_config(cfg)
     SplitConfig.from_config(cfg.data.get("split"))
     PreprocessConfig.from_config(cfg.data.get("preprocess"))
+    check_stage(cfg)
     unknown = [b for b in cfg.baselines if b not in BASELINES]
     if unknown:
         raise ConfigError("baselines", f"unknown baseline(s) {unknown}; known: {sorted(BASELINES)}")

@@ -46,7 +46,6 @@ def evaluate(run_dir: Path, decoding: dict) -> dict:
     from genrec.data.split import PROTOCOLS, split_summary
     from genrec.dist.checkpoint import read_meta
     from genrec.eval.breakdown import rank_users
-    from genrec.models.sid_generator import carried_by
     from genrec.runs import RunFolder, file_digest
     from genrec.training.builders import load_run
 
@@ -60,8 +59,7 @@ def evaluate(run_dir: Path, decoding: dict) -> dict:
         metrics[split] = {**ranked.metrics, **task.eval_extras(lambda totals: totals)}
         users[split] = len(ranked.ranks)
     data, meta, model = datamodule.data, read_meta(path), task.model
-    return {"decoding": decoding, "carried_by": carried_by(getattr(model, "rank", "codes"),
-                                                          getattr(model, "code_weight", 1.0)),
+    return {"decoding": decoding, "carried_by": model.ranking.carried_by,
             "dataset": data.summary(),
             "protocol": {"split": PROTOCOLS[data.split["kind"]], "ranking": "full corpus", "exclude_history": exclude,
                          "split_details": split_summary(data), "users_scored": users},

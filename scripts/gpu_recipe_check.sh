@@ -45,7 +45,7 @@ else  # the time cap (or early stopping) ends the run, not the presets' epoch co
 fi
 GENERATOR=(experiment=beauty_sid_gpt model.generator.item_head=true model.generator.item_inputs=true
            model.generator.tie_item_tables=true model.decoding.rank=guided model.decoding.code_weight=0
-           distill=teacher distill.teacher="$TEACHER" distill.item_head_weight=1)
+           stage=distill stage.teacher="$TEACHER" stage.item_head_weight=1)
 
 echo "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1

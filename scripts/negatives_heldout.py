@@ -2,7 +2,7 @@
 SFT model's beam as negatives falls far below its control).
 
 The stage's preference examples come from the training split only (one per user, chosen = its last training item,
-or one per training position, ``align.positions=all``), rejected = ``num_negatives`` items that are never a training
+or one per training position, ``stage.positions=all``), rejected = ``num_negatives`` items that are never a training
 item of the user. Nothing stops a
 rejected item from being the user's validation or test target, and the stage cannot know (excluding them would leak
 held-out data): this script counts, after the fact, how often it happened. Popularity negatives rarely hit a given
@@ -55,6 +55,7 @@ def run_hits(run_dir: str) -> dict:
     from genrec.runs import RunFolder
     from genrec.training.align import CHECKPOINT_KEY
     from genrec.training.builders import build_datamodule
+    from genrec.training.stages import stage_config
 
     run = RunFolder.existing(run_dir)
     cfg = run.config()
@@ -69,13 +70,14 @@ def run_hits(run_dir: str) -> dict:
     users = np.searchsorted(data.offsets, keys, side="right") - 1
     valid, test = heldout_targets(data)
     hits = heldout_hits(preferences["negatives"].numpy()[keys], users, valid, test)
-    return {"run": str(run_dir), "dataset": datamodule.data.summary(), "negatives": cfg.align.negatives,
-            "beam_skip": int(cfg.align.get("beam_skip", 0)), "seed": int(cfg.seed), **hits}
+    stage = stage_config(cfg)
+    return {"run": str(run_dir), "dataset": datamodule.data.summary(), "negatives": stage.negatives,
+            "beam_skip": int(stage.get("beam_skip", 0)), "seed": int(cfg.seed), **hits}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="alignment-stage run folders (align=dpo|sdpo)")
+    parser.add_argument("runs", nargs="+", help="alignment-stage run folders (stage=dpo|sdpo)")
     parser.add_argument("--out", required=True, help="results JSON to write")
     args = parser.parse_args(argv)
     from genrec.utils.provenance import provenance, write_json

@@ -8,7 +8,7 @@
 #   head (the recipe of the Beauty post-training table's _items_tied_hdistill rows), its checkpoint chosen by the
 #   head's validation NDCG@10 (ranking@model.decoding=head) -> <dataset>_gr_generator_seed<S>; per seed a SASRec of
 #   the generator's size (its backbone: dim 128, 4 blocks of 4 heads, MLP 512, dropout 0.1; the same item table)
-#   distilled from the same teacher the same way (distill.weight=1: the teacher's top 100 items at every position)
+#   distilled from the same teacher the same way (stage.weight=1: the teacher's top 100 items at every position)
 #   for the same epochs -> <dataset>_gr_sasrec_distill_seed<S>; then every seed's checkpoint ranked four ways
 #   (scripts/compare_rankings.py --mode codes head liger guided) -> results/<dataset>_gr_rankings.json.
 # PART=cold (item cold start, TIGER §4.3): text SIDs (MiniLM embeddings of the item text, RQ-VAE as above: content
@@ -42,7 +42,7 @@ COMMON=(threads="$THREADS" trainer.enable_progress_bar=false overwrite_results=t
 SID=(data="$DATASET" tokenizer=rqvae collisions=extra_level seed=0 threads="$THREADS")
 # the generator: item head tied to item-ID inputs, distilled from the teacher into its codes and its head
 GENERATOR=(experiment="${DATASET}_sid_gpt" model.generator.item_head=true model.generator.item_inputs=true
-           model.generator.tie_item_tables=true distill=teacher distill.item_head_weight=1.0
+           model.generator.tie_item_tables=true stage=distill stage.item_head_weight=1.0
            trainer.max_epochs="$EPOCHS")
 # a SASRec of the generator's size: its backbone and item table
 SASREC_OF_GENERATOR=(experiment="${DATASET}_sasrec" model.dim=128 model.encoder.num_layers=4 model.encoder.num_heads=4
@@ -63,9 +63,9 @@ case "$PART" in
     tokenize "$RUNS/sid" encoder=collaborative encoder.run_dir="$RUNS/teacher"
     gens=()
     for seed in ${SEEDS:-0 1 2}; do
-      train "$RUNS/gen-$seed" "${GENERATOR[@]}" sid_table="$RUNS/sid" distill.teacher="$RUNS/teacher" seed="$seed" \
+      train "$RUNS/gen-$seed" "${GENERATOR[@]}" sid_table="$RUNS/sid" stage.teacher="$RUNS/teacher" seed="$seed" \
         ranking@model.decoding=head results_name="${DATASET}_gr_generator_seed$seed"
-      train "$RUNS/sasrec-distill-$seed" "${SASREC_OF_GENERATOR[@]}" distill=teacher distill.teacher="$RUNS/teacher" \
+      train "$RUNS/sasrec-distill-$seed" "${SASREC_OF_GENERATOR[@]}" stage=distill stage.teacher="$RUNS/teacher" \
         seed="$seed" results_name="${DATASET}_gr_sasrec_distill_seed$seed"
       gens+=("$RUNS/gen-$seed")
     done
@@ -80,7 +80,7 @@ case "$PART" in
     gens=()
     for seed in ${SEEDS:-0 1 2}; do
       train "$RUNS/cold-gen-$seed" "${GENERATOR[@]}" "${SPLIT[@]}" sid_table="$RUNS/sid-text" \
-        distill.teacher="$RUNS/cold-teacher" seed="$seed" ranking@model.decoding=head \
+        stage.teacher="$RUNS/cold-teacher" seed="$seed" ranking@model.decoding=head \
         results_name="${DATASET}_cold_generator_seed$seed"
       gens+=("$RUNS/cold-gen-$seed")
     done
@@ -103,7 +103,7 @@ case "$PART" in
     [ "$TRY" != level_swap ] || tokenize "$RUNS/sid-level-swap" "${COLLABORATIVE[@]}" "level_order=[1,0,2]"
     for seed in ${SEEDS:-0}; do
       # shellcheck disable=SC2086  # the try's overrides
-      train "$RUNS/codes-$TRY-$seed" "${GENERATOR[@]}" distill.teacher="$RUNS/teacher" seed="$seed" \
+      train "$RUNS/codes-$TRY-$seed" "${GENERATOR[@]}" stage.teacher="$RUNS/teacher" seed="$seed" \
         ranking@model.decoding=codes ${TRIES[$TRY]} results_name="beauty_codes_${TRY}_seed$seed"
     done
     ;;

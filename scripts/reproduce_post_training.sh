@@ -10,17 +10,17 @@
 #    S-DPO (8 popularity negatives) -> post_sdpo_seed<S>; distillation from the teacher -> post_distill_seed<S>;
 #    ARMS (default "sft_more sft_more_nodrop dpo sdpo distill") picks among these and: sft_more_nodrop, the control
 #    with dropout off, as the alignment stages train (their matched control); sdpo_sft: S-DPO plus the chosen item's
-#    next-token loss (align.sft_weight=1) -> post_sdpo_sft_seed<S>; sdpo_sft_beam: the same with the SFT model's
+#    next-token loss (stage.sft_weight=1) -> post_sdpo_sft_seed<S>; sdpo_sft_beam: the same with the SFT model's
 #    own beam as negatives (hard negatives) -> post_sdpo_sft_beam_seed<S>; sdpo_seq: S-DPO plus the control's own
-#    loss (next token at every position, align.sft_target=sequence) -> post_sdpo_seq_seed<S>; sdpo_seq_dropout: the
+#    loss (next token at every position, stage.sft_target=sequence) -> post_sdpo_seq_seed<S>; sdpo_seq_dropout: the
 #    same with the backbone's dropout kept on, as in the control; sdpo_seq_beta1: sdpo_seq at beta 1; sdpo_beam and
 #    sdpo_seq_beam: S-DPO and sdpo_seq with the SFT model's own beam as negatives; sdpo_all and sdpo_seq_all: S-DPO and
-#    sdpo_seq with a preference example at every position of every training sequence (align.positions=all);
+#    sdpo_seq with a preference example at every position of every training sequence (stage.positions=all);
 #    sdpo_sampled and sdpo_seq_sampled: S-DPO and sdpo_seq with negatives sampled from the SFT model (constrained to
-#    valid semantic IDs); sdpo_seq_rank: sdpo_seq with rewards on the scores the model ranks by (align.score=ranking:
+#    valid semantic IDs); sdpo_seq_rank: sdpo_seq with rewards on the scores the model ranks by (stage.score=ranking:
 #    for an item-head generator, code_weight x code plus item-head log-probability); sdpo_seq_rank_beam: the same with
 #    the model's own top recommended wrong items as negatives; sdpo_seq_rank_beam_skip10: the same with the wrong
-#    items ranked 11-18 instead (align.beam_skip=10: the top ones are often the user's next items);
+#    items ranked 11-18 instead (stage.beam_skip=10: the top ones are often the user's next items);
 #    STAGE_OVERRIDES (e.g. the SFT variant's model settings) are added to every stage;
 # 4. (LLM=1, the default) the generator on a small transformers LM, full fine-tuning vs LoRA -> post_llm_*_seed0;
 # then docs/results.md. Every results file carries the most-popular and transition baselines of the same protocol.
@@ -44,14 +44,14 @@
 # resume_from in a later session). Scientific: SFT_EPOCHS=25 (early stopping ended plain SFT first) STAGE_EPOCHS=5
 # STAGE_LR=5e-4 ARMS="sft_more_nodrop sdpo_seq sdpo distill dpo", two processes side by side; and, at seed 0,
 # STAGE_TAG=_ep12 STAGE_EPOCHS=12 ARMS="sft_more_nodrop distill"; and, at seeds 0-2, SFT with distillation from
-# the first step, SFT_TAG=_distill SFT_OVERRIDES="distill=teacher distill.teacher=$RUNS/teacher" (its path written
+# the first step, SFT_TAG=_distill SFT_OVERRIDES="stage=distill stage.teacher=$RUNS/teacher" (its path written
 # out) ARMS="sft_more_nodrop sdpo_seq distill", four processes side by side; the _items and _items_distill variants
 # at seeds 0-2 with SFT_EPOCHS=25, up to six processes side by side. Beauty's _items and _items_distill: SEEDS=0
 # SFT_EPOCHS=10 (the epochs of its plain SFT runs), _items_distill alone and again (the same metrics) beside _items;
 # and SFT_TAG=_items_tied SFT_OVERRIDES="model.generator.item_head=true model.decoding.rank=hybrid
 # model.generator.item_inputs=true model.generator.tie_item_tables=true" (the item head scores with the item-input
 # table) beside _items_tied_distill (the same plus the distillation overrides), SEEDS=0 SFT_EPOCHS=10; then
-# SFT_TAG=_items_tied_hdistill (the same plus distill.item_head_weight=1: the teacher's top items taught to the item
+# SFT_TAG=_items_tied_hdistill (the same plus stage.item_head_weight=1: the teacher's top items taught to the item
 # head too) beside _items_tied_hdistill_cosine (the same plus optim.schedule=cosine), SEEDS=0 SFT_EPOCHS=10; and
 # _items_tied_hdistill again at SEEDS=1 and SEEDS=2, side by side. Their rankings (compare_rankings.py, rank=guided
 # with code_weight 0 / 0.25 / 0.5 / 1): the command in README.md. From those three checkpoints, S-DPO on the ranking
@@ -107,25 +107,25 @@ for seed in ${SEEDS:-0 1 2}; do
   # shellcheck disable=SC2206  # the stages' extra overrides, split on spaces
   STAGE=(init_from="$RUNS/sft$SFT_TAG-$seed" trainer.max_epochs="${STAGE_EPOCHS:-10}" optim.lr="${STAGE_LR:-1e-4}"
          ${STAGE_OVERRIDES:-})
-  declare -A ARM=([sft_more]="" [dpo]="align=dpo" [sdpo]="align=sdpo" [sdpo_sft]="align=sdpo align.sft_weight=1.0"
-                  [sdpo_sft_beam]="align=sdpo align.sft_weight=1.0 align.negatives=beam"
-                  [sdpo_seq]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence"
-                  [sdpo_beam]="align=sdpo align.negatives=beam"
-                  [sdpo_seq_beam]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=beam"
-                  [sdpo_seq_dropout]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence
-                                      align.disable_dropout=false"
-                  [sdpo_seq_beta1]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.beta=1.0"
-                  [sdpo_all]="align=sdpo align.positions=all"
-                  [sdpo_seq_all]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.positions=all"
-                  [sdpo_sampled]="align=sdpo align.negatives=sampled"
-                  [sdpo_seq_sampled]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.negatives=sampled"
-                  [sdpo_seq_rank]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking"
-                  [sdpo_seq_rank_beam]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence align.score=ranking
-                                        align.negatives=beam"
-                  [sdpo_seq_rank_beam_skip10]="align=sdpo align.sft_weight=1.0 align.sft_target=sequence
-                                               align.score=ranking align.negatives=beam align.beam_skip=10"
+  declare -A ARM=([sft_more]="" [dpo]="stage=dpo" [sdpo]="stage=sdpo" [sdpo_sft]="stage=sdpo stage.sft_weight=1.0"
+                  [sdpo_sft_beam]="stage=sdpo stage.sft_weight=1.0 stage.negatives=beam"
+                  [sdpo_seq]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence"
+                  [sdpo_beam]="stage=sdpo stage.negatives=beam"
+                  [sdpo_seq_beam]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.negatives=beam"
+                  [sdpo_seq_dropout]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence
+                                      stage.disable_dropout=false"
+                  [sdpo_seq_beta1]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.beta=1.0"
+                  [sdpo_all]="stage=sdpo stage.positions=all"
+                  [sdpo_seq_all]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.positions=all"
+                  [sdpo_sampled]="stage=sdpo stage.negatives=sampled"
+                  [sdpo_seq_sampled]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.negatives=sampled"
+                  [sdpo_seq_rank]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.score=ranking"
+                  [sdpo_seq_rank_beam]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence stage.score=ranking
+                                        stage.negatives=beam"
+                  [sdpo_seq_rank_beam_skip10]="stage=sdpo stage.sft_weight=1.0 stage.sft_target=sequence
+                                               stage.score=ranking stage.negatives=beam stage.beam_skip=10"
                   [sft_more_nodrop]="model.backbone.dropout=0.0"
-                  [distill]="distill=teacher distill.teacher=$RUNS/teacher")
+                  [distill]="stage=distill stage.teacher=$RUNS/teacher")
   for name in ${ARMS-sft_more sft_more_nodrop dpo sdpo distill}; do
     [ -n "${ARM[$name]+set}" ] || { echo "unknown arm $name; known: ${!ARM[*]}" >&2; exit 2; }
     run="$name$SFT_TAG$STAGE_TAG"

@@ -200,6 +200,9 @@ def _entry_error(main, prog: str, args: list[str], capsys, monkeypatch, tmp_path
     ("train", ["model.encoder.num_layers=0"], "model.encoder.num_layers: got 0, expected a positive value"),
     ("train", ["data.preprocess.min_user_interactions=-1"],
      "data.preprocess.min_user_interactions: got -1, expected an integer >= 1"),
+    ("train", ["align=sdpo"], "align=sdpo: the post-training stages are one config group now"),  # issue 44's rename
+    ("train", ["distill=teacher", "distill.teacher=runs/t"], "use stage=distill"),
+    ("train", ["stage=distill"], "stage.teacher: missing mandatory value"),
 ])
 def test_config_mistakes_are_one_line_before_anything_loads(cli, args, expected, capsys, monkeypatch, tmp_path):
     """Each case was a multi-line Hydra report (exit 1) or a traceback at b9ac798, or was accepted silently."""

@@ -142,8 +142,8 @@ def _export_generative(model: GenerativeRecommender, train_cfg: DictConfig, item
         "artifacts": artifacts,
         "decoding": {"sid_table": "sid_table", "id_map": "item_ids", "beam": model.beam, "top_k": model.top_k,
                      "constrained": model.constrained, "exclude_history": bool(train_cfg.eval.exclude_history),
-                     "token_layout": TOKEN_LAYOUT, "rank": getattr(model, "rank", "codes"),
-                     "code_weight": getattr(model, "code_weight", 1.0)},
+                     "token_layout": TOKEN_LAYOUT, "rank": model.ranking.name,
+                     "code_weight": model.ranking.code_weight},
         "skipped": {"decoder_graph": "generative models are served from source.checkpoint with genrec "
                                      "(GenerativeRecommender.ranked: KV-cached beam search over the SID trie, "
                                      "re-ranked or steered by the item head with rank=hybrid or guided)"},

@@ -11,6 +11,7 @@ from torch import nn
 from genrec.data.batch import JaggedBatch, prefixes
 from genrec.errors import UserError
 from genrec.models.beam import BeamResult, Decoder, beam_search, sample_items
+from genrec.models.ranking import RankingPolicy
 from genrec.models.semantic_ids import SemanticIDs
 from genrec.models.trie import PrefixTrie
 from genrec.tokenize.sid_table import SIDTable
@@ -73,6 +74,9 @@ class GenerativeRecommender(nn.Module):
         self.sid_config = dict(sid_table.config)  # how the table was made (encoder, quantizer), for run records
         self.trie = PrefixTrie(self.sids.codes[1:], sid_table.codebook_sizes)
         self.beam, self.top_k, self.constrained = beam, top_k, constrained
+        #: what the model recommends (:mod:`genrec.models.ranking`): its beam by the codes, unless a model with an
+        #: item head chooses another policy
+        self.ranking: RankingPolicy = RankingPolicy()
         #: remove each user's history from the results (set from ``eval.exclude_history`` by the builder)
         self.exclude_history = True
 
@@ -109,12 +113,12 @@ class GenerativeRecommender(nn.Module):
 
     def ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Differentiable: ``(B, M)`` the score :meth:`ranked` orders candidate ``items (B, M)`` by after each
-        history; here their :meth:`item_log_probs` (the beam's order), a model that ranks otherwise overrides it."""
-        return self.item_log_probs(batch, items)
+        history (the ranking policy's :meth:`~genrec.models.ranking.RankingPolicy.scores`)."""
+        return self.ranking.scores(self, batch, items)
 
     def prefix_ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """:meth:`ranking_scores` after every position of a training batch, as :meth:`prefix_item_log_probs`."""
-        return self.prefix_item_log_probs(batch, items)
+        return self.ranking.prefix_scores(self, batch, items)
 
     def decoder(self, batch: JaggedBatch, use_cache: bool = True) -> Decoder:
         """Decoding state for the batch's users (``use_cache=False``: recompute everything at every step)."""
@@ -132,10 +136,10 @@ class GenerativeRecommender(nn.Module):
         return beam_search(decoder or self.decoder(batch, use_cache), self.sids, beam or self.beam,
                            top_k or self.top_k, self.trie if constrained else None, seen)
 
+    @torch.no_grad()
     def ranked(self, batch: JaggedBatch) -> BeamResult:
-        """The ``top_k`` items the model recommends to the batch's users: its beam (:meth:`generate`); a model
-        may rank them otherwise."""
-        return self.generate(batch)
+        """The ``top_k`` items the model recommends to the batch's users, by its ranking policy."""
+        return self.ranking.ranked(self, batch)
 
     @torch.no_grad()
     def sample(self, batch: JaggedBatch, samples: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -14,12 +14,8 @@ With ``item_head`` the state that predicts an item's first code also scores ever
 items, trained beside the next-token loss, as in LIGER, Yang et al. 2024): codes shared by many items cannot tell
 them apart, the item head can. With both and ``tie_item_tables`` the item head scores items with the item-input
 table, as SASRec ties its input and output item embeddings: the row that says "this item was read" is the row that
-says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model
-recommends: ``codes`` the beam's items by their code log-probability, ``hybrid`` the same beam's items by
-``code_weight`` x code plus item-head log-probability (the beam proposes, the item head re-ranks), ``guided`` a
-beam steered by the item head (every prefix scored by ``code_weight`` x its code log-probability plus the item
-head's mass under it, :class:`~genrec.models.beam.GuidedDecoder`, so the finished tuples score as in ``hybrid``),
-``items`` the item head's top items over the whole corpus (no generation: a diagnostic).
+says "this item comes next", so the full softmax trains every row at every position. ``rank`` chooses what the model recommends: a ranking policy of
+:mod:`genrec.models.ranking` (``codes``, ``hybrid``, ``guided``, ``items``; every one but ``codes`` reads the item head).
 
 Backbones (genrec/models/backbones.py): genrec's SASRec as a GPT-style stack with a KV cache, any other genrec
 sequence encoder (HSTU) without one, or a `transformers` causal LM.
@@ -34,29 +30,14 @@ from genrec.data.batch import JaggedBatch, prefixes
 from genrec.embedding import ItemEmbedding
 from genrec.errors import UserError
 from genrec.models.backbones import TokenBackbone, as_backbone
-from genrec.models.beam import BeamResult, GuidedDecoder
 from genrec.models.generative import GenerativeRecommender, TargetLogProbs
+from genrec.models.ranking import ranking_policy
 from genrec.ops.jagged import jagged_index
 from genrec.models.semantic_ids import BOS_TOKEN
 from genrec.tokenize.sid_table import SIDTable
 
 TOKEN_FEATURE = "sid_token"
 ITEM_HEAD_FEATURE = "item_head"
-RANKS = ("codes", "hybrid", "guided", "items")
-#: what carries the ranking of each named setting (conf/ranking: ``ranking@model.decoding=<name>``)
-CARRIERS = ("codes", "head", "both")
-
-
-def carried_by(rank: str, code_weight: float) -> str:
-    """What orders a ``rank`` / ``code_weight`` setting's list: ``codes`` (the beam by code log-probability),
-    ``head`` (the item head alone: ``items``, or ``guided`` at weight 0, whose beam only searches the trie for the
-    head's best items) or ``both`` (``hybrid``: the codes' beam proposes, whatever the weight; ``guided`` at a
-    weight above 0)."""
-    if rank == "codes":
-        return "codes"
-    return "head" if rank == "items" or (rank == "guided" and code_weight == 0) else "both"
-
-
 def ranking_mode(name: str) -> dict:
     """A named ranking setting of conf/ranking (``codes``, ``head``, ``liger``, ``guided``) -> its
     ``model.decoding`` keys (``rank``, ``code_weight``)."""
@@ -86,11 +67,8 @@ class SIDGenerator(GenerativeRecommender):
             an item's first code; trained with a full softmax over the items beside the next-token loss.
         tie_item_tables: the item head uses the ``item_inputs`` table (needs both); no table of its own.
         beam / top_k / constrained: decoding settings (see :class:`GenerativeRecommender`).
-        rank: ``codes``, ``hybrid``, ``guided`` or ``items`` (see the module docstring); all but ``codes`` need
-            ``item_head``.
-        code_weight: ``hybrid`` ranks the beam's items by ``code_weight`` x their code log-probability plus their
-            item-head log-probability (0: the beam only proposes, the item head orders); ``guided`` scores every
-            prefix the same way, with the item head's mass under the prefix.
+        rank / code_weight: the ranking policy (:func:`genrec.models.ranking.ranking_policy`); all but ``codes``
+            need ``item_head``.
     """
 
     def __init__(self, sid_table: SIDTable, backbone: nn.Module, init_std: float = 0.02, user_buckets: int = 0,
@@ -98,16 +76,12 @@ class SIDGenerator(GenerativeRecommender):
                  item_head: bool = False, rank: str = "codes", tie_item_tables: bool = False,
                  code_weight: float = 1.0):
         super().__init__(sid_table, user_buckets, beam, top_k, constrained)
-        if rank not in RANKS:
-            raise UserError(f"model.decoding.rank: got {rank!r}, expected one of {RANKS}")
-        if rank != "codes" and not item_head:
+        self.ranking = ranking_policy(rank, code_weight)
+        if self.ranking.needs_head and not item_head:
             raise UserError(f"model.decoding.rank={rank} ranks with the item head: set model.generator.item_head=true")
         if tie_item_tables and not (item_inputs and item_head):
             raise UserError("model.generator.tie_item_tables=true scores items with the item-input table: set "
                             "model.generator.item_inputs=true and model.generator.item_head=true")
-        if code_weight < 0:
-            raise UserError(f"model.decoding.code_weight: got {code_weight}, expected a value >= 0")
-        self.rank, self.code_weight = rank, code_weight
         self.backbone: TokenBackbone = as_backbone(backbone)
         if self.backbone.owns_vocabulary:  # the SID tokens become new entries of the backbone's own vocabulary
             self.backbone.add_tokens(self.sids.vocab_size)
@@ -159,7 +133,7 @@ class SIDGenerator(GenerativeRecommender):
     def _level_log_probs(self, states: torch.Tensor, level: int) -> torch.Tensor:
         return F.log_softmax(self._logits(states, level).float(), dim=-1)
 
-    def _item_head_log_probs(self, states: torch.Tensor) -> torch.Tensor:
+    def head_log_probs(self, states: torch.Tensor) -> torch.Tensor:
         """``(..., D)`` states -> ``(..., num_items + 1)`` the item head's log-softmax over the items (padding row 0:
         ``-inf``)."""
         table = self.item_inputs.table() if self.tie_item_tables else self.item_head.table()
@@ -171,53 +145,7 @@ class SIDGenerator(GenerativeRecommender):
         """``(B, num_items + 1)``: the item head's log-probability of every item after each user's history."""
         users = torch.arange(batch.batch_size, device=batch.item_ids.device)
         no_prefix = torch.zeros(batch.batch_size, 0, dtype=torch.int64, device=users.device)
-        return self._item_head_log_probs(self._run_rows(self._history(batch), users, no_prefix)[:, -1])
-
-    @torch.no_grad()
-    def ranked(self, batch: JaggedBatch) -> BeamResult:
-        """The beam's items (``rank=codes``), re-ranked by code plus item-head log-probability (``hybrid``), the
-        beam steered by the item head (``guided``), or the item head's ``top_k`` unseen items over the whole corpus
-        (``items``); best first."""
-        if self.rank == "codes":
-            return self.generate(batch)
-        item_log_probs = self.item_head_log_probs(batch)
-        if self.rank in ("items", "guided") and self.exclude_history and batch.seen_ids is not None:
-            rows = jagged_index(batch.seen_offsets)[0]
-            item_log_probs[rows, batch.seen_ids] = float("-inf")
-        if self.rank == "items":
-            scores, items = item_log_probs.topk(self.top_k, dim=1)
-            return BeamResult(items, scores, self.sids.codes[items])
-        if self.rank == "guided":
-            mass = self.trie.prefix_log_mass(item_log_probs)
-            codes = self.decoder(batch) if self.code_weight else None  # weight 0: the codes are not scored at all
-            return self.generate(batch, decoder=GuidedDecoder(codes, self.trie, mass, self.code_weight))
-        beam = self.generate(batch)
-        hybrid = self.code_weight * beam.scores + item_log_probs.gather(1, beam.items)
-        scores, order = hybrid.sort(dim=1, descending=True)
-        return BeamResult(beam.items.gather(1, order), scores, beam.codes.gather(1, order[..., None].expand_as(
-            beam.codes)))
-
-    def ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
-        """Differentiable: ``(B, M)`` the score :meth:`ranked` gives ``items (B, M)``: ``rank=codes`` their code
-        log-probability, ``items`` their item-head log-probability, ``hybrid`` and ``guided`` ``code_weight`` x code
-        plus item-head log-probability (the score of their finished tuples; one backbone pass gives both)."""
-        if self.rank == "codes":
-            return self.item_log_probs(batch, items)
-        if self.rank == "items" or self.code_weight == 0:
-            return self.item_head_log_probs(batch).gather(1, items)
-        codes, states = self._code_log_probs(batch, items)
-        return self._item_head_log_probs(states).gather(1, items) + self.code_weight * codes
-
-    def prefix_ranking_scores(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
-        """:meth:`ranking_scores` after every position of a training batch (``items (N, M)`` -> ``(N, M)``); without
-        the codes the item head's log-probabilities come from one teacher-forced pass over the whole sequences."""
-        if self.rank == "codes":
-            return self.prefix_item_log_probs(batch, items)
-        if self.rank == "items" or self.code_weight == 0:
-            targets = self.target_log_probs(batch)
-            return targets.item_head[targets.positions >= 0].gather(1, items)  # (N, num_items + 1), in order
-        codes, states = self._prefix_code_log_probs(batch, items)
-        return self._item_head_log_probs(states).gather(1, items) + self.code_weight * codes
+        return self.head_log_probs(self._run_rows(self._history(batch), users, no_prefix)[:, -1])
 
     def target_log_probs(self, batch: JaggedBatch) -> TargetLogProbs:
         """Training batch (``TrainSequences``: inputs and the next item at every position): the token sequence
@@ -241,7 +169,7 @@ class SIDGenerator(GenerativeRecommender):
         keep[token_offsets[1:] - 1] = False
         states = self.backbone(self.embed(tokens[keep], token_items[keep]), full_offsets * levels)
         states = states.view(len(items), levels, -1)
-        item_head = self._item_head_log_probs(states[:, 0]) if self.has_item_head else None
+        item_head = self.head_log_probs(states[:, 0]) if self.has_item_head else None
         return TargetLogProbs([self._level_log_probs(states[:, level], level) for level in range(levels)],
                               items, positions, item_head)
 
@@ -270,9 +198,9 @@ class SIDGenerator(GenerativeRecommender):
         """Differentiable. With a KV-cached backbone the history runs once per user and each candidate adds its
         ``L - 1`` code tokens (the decoder's cache, as in beam search); ``use_cache=False`` runs the backbone on
         every (user, candidate) sequence whole."""
-        return self._code_log_probs(batch, items, use_cache)[0]
+        return self.code_log_probs_and_states(batch, items, use_cache)[0]
 
-    def _code_log_probs(self, batch: JaggedBatch, items: torch.Tensor, use_cache: bool = True
+    def code_log_probs_and_states(self, batch: JaggedBatch, items: torch.Tensor, use_cache: bool = True
                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`item_log_probs` ``(B, M)`` and the ``(B, D)`` states after each history (what the item head
         reads), from one pass."""
@@ -300,12 +228,13 @@ class SIDGenerator(GenerativeRecommender):
         ``(N, M)`` log-probabilities, each given its sequence up to and including that position, i.e.
         ``item_log_probs(prefixes(batch), items)``. With a backbone that branches its cache (genrec's SASRec) the
         whole sequences run once and each candidate adds its ``L - 1`` code tokens, attending to its own prefix."""
-        return self._prefix_code_log_probs(batch, items)[0]
+        return self.prefix_code_log_probs_and_states(batch, items)[0]
 
-    def _prefix_code_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prefix_code_log_probs_and_states(self, batch: JaggedBatch, items: torch.Tensor
+                                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`prefix_item_log_probs` ``(N, M)`` and the ``(N, D)`` states after each prefix, from one pass."""
         if not self.backbone.supports_branching:
-            return self._code_log_probs(prefixes(batch), items)
+            return self.code_log_probs_and_states(prefixes(batch), items)
         levels, width, users = self.sids.num_levels, items.shape[1], batch.batch_size
         x, valid = self._left_padded(*self._history(batch))
         states, cache = self.backbone.prefill(x, valid, every_state=True)  # (B, T, D)

@@ -14,9 +14,7 @@ from genrec.conf import compose_config
 from genrec.data.datamodule import SequenceDataModule, load_dataset
 from genrec.data.features import EncodedFeatures, FeatureConfig
 from genrec.data.split import SplitConfig
-from genrec.dist import ShardingConfig
 from genrec.dist.checkpoint import load_weights, read_meta
-from genrec.embedding import ItemEmbedding
 from genrec.embedding.features import FeatureEmbedding
 from genrec.errors import ConfigError, DataError
 from genrec.data.schema import SequenceData
@@ -26,20 +24,17 @@ from genrec.models.recommender import SequentialRecommender
 from genrec.runs import CHECKPOINT_DIR, RunFolder, file_digest
 from genrec.trust import TRUSTED_TARGETS
 from genrec.tokenize.sid_table import SIDTable
-from genrec.training.align import AlignConfig, AlignTask
-from genrec.training.distill import DistillConfig, DistillTask, FrozenTeacher, RetrievalDistillTask
-from genrec.training.generative import GenerativeTask
-from genrec.training.module import PipelinedRetrievalTask, RetrievalTask
+from genrec.training.distill import DistillConfig, FrozenTeacher
+from genrec.training.stages import StageContext, build_stage, next_token, stage_config
 from genrec.training.tables import load_tables, private_stores
 from genrec.training.task import RecommenderTask
 
 
 def build_datamodule(cfg: DictConfig) -> SequenceDataModule:
-    """The data module; an alignment stage trains on one example per user (whole training sequences), whatever the
-    model's own training examples."""
+    """The data module; the training examples are the stage's (``stage.train_examples``: an alignment stage trains on
+    whole training sequences) or else the model's."""
     d = cfg.data
-    examples = "sequences" if AlignConfig.from_config(cfg.get("align")) else cfg.model.get("train_examples",
-                                                                                             "sequences")
+    examples = stage_config(cfg).get("train_examples") or cfg.model.get("train_examples", "sequences")
     return SequenceDataModule(reader=d.reader, preprocess=d.preprocess, max_len=d.max_len,
                               batch_size=d.batch_size, eval_batch_size=d.eval_batch_size,
                               num_workers=d.num_workers, cache_dir=d.cache_dir, seed=cfg.seed,
@@ -106,32 +101,15 @@ def _feature_embedding(cfg: DictConfig, features: EncodedFeatures | None) -> Fea
     return FeatureEmbedding(features, cfg.model.dim, cfg.model.embedding.get("init_std", 0.02))
 
 
-def _retrieval_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
-                    features: EncodedFeatures | None = None, distilled: bool = True) -> RetrievalTask:
-    """The retrieval task of ``cfg.model``; with ``distill=teacher`` (and ``distilled``) a
-    :class:`RetrievalDistillTask` taught by that run."""
+def _retrieval_model(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
+                     features: EncodedFeatures | None = None) -> SequentialRecommender:
     m = cfg.model
-    distill = DistillConfig.from_config(cfg.get("distill")) if distilled else None
-    if distill and cfg.get("sharding") and cfg.sharding.get("type"):
-        raise ConfigError("distill", f"sharding={cfg.sharding.type}: distillation trains unsharded retrieval models "
-                                     "only (sharding=none)")
-    model = SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
-                                  similarity=m.similarity, features=_feature_embedding(cfg, features))
-    if cfg.get("sharding") and ShardingConfig.from_config(cfg.sharding).pipelined:
-        if not isinstance(model.item_embedding, ItemEmbedding):
-            raise ConfigError("sharding.pipeline", f"sparse_dist pipelines sharded static tables; model={m.name} "
-                                                   f"has a {type(model.item_embedding).__name__}: use "
-                                                   "embedding@model.embedding=static or sharding.pipeline=none")
-        return PipelinedRetrievalTask(model, instantiate(m.loss), seed=cfg.seed,
-                                      gradient_clip_val=cfg.trainer.get("gradient_clip_val"), **_task_settings(cfg))
-    if distill:
-        teacher = load_teacher(distill, item_raw_ids, cfg.data.max_len, cfg.data.get("split"))
-        return RetrievalDistillTask(model, instantiate(m.loss), teacher, distill, **_task_settings(cfg))
-    return RetrievalTask(model, instantiate(m.loss), **_task_settings(cfg))
+    return SequentialRecommender(instantiate(m.embedding, num_items=num_items), instantiate(m.encoder),
+                                 similarity=m.similarity, features=_feature_embedding(cfg, features))
 
 
-def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
-                     features: EncodedFeatures | None = None) -> GenerativeTask:
+def _generative_model(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None,
+                      features: EncodedFeatures | None = None) -> torch.nn.Module:
     m = cfg.model
     if item_raw_ids is None or len(item_raw_ids) != num_items + 1:
         raise ValueError(f"model={m.name}: build_task needs the dataset's {num_items + 1} item_raw_ids")
@@ -144,51 +122,41 @@ def _generative_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray |
     if "backbone" in m:  # decoder-only: sequences of (history + next item) tokens after a start token
         parts["backbone"] = instantiate(m.backbone, max_len=(cfg.data.max_len + 1) * table.num_levels)
     # built by a partial: Hydra would turn the SIDTable dataclass into a config node
-    model = instantiate(m.generator, _partial_=True)(**parts)
-    settings = {"sid_table_folder": str(cfg.sid_table), **_task_settings(cfg)}
-    align, distill = AlignConfig.from_config(cfg.get("align")), DistillConfig.from_config(cfg.get("distill"))
-    if align and distill:
-        raise ConfigError("distill", "one post-training objective per stage: align or distill, not both (distil "
-                                     "first, then align with init_from=<the distilled run>)")
-    if align:
-        return AlignTask(model, align, seed=cfg.seed, **settings)
-    if distill:
-        return DistillTask(model, load_teacher(distill, item_raw_ids, cfg.data.max_len, cfg.data.get("split")),
-                           distill, **settings)
-    return GenerativeTask(model, **settings)
+    return instantiate(m.generator, _partial_=True)(**parts)
 
 
 def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int,
                  split: DictConfig | None = None) -> FrozenTeacher:
-    """The retrieval model of the run folder ``distill.teacher`` (its config checked for trusted targets, its
+    """The retrieval model of the run folder ``stage.teacher`` (its config checked for trusted targets, its
     checkpoint by sha256, its items and its ``data.split`` against the student's: a teacher trained on events the
     student's split holds out would leak them), frozen."""
-    run = RunFolder.existing(distill.teacher, "distill.teacher")
+    run = RunFolder.existing(distill.teacher, "stage.teacher")
     cfg = run.config()
     if cfg.model.get("kind", "retrieval") != "retrieval":
-        raise ConfigError("distill.teacher", f"{distill.teacher} trained model={cfg.model.name}; the teacher must be "
+        raise ConfigError("stage.teacher", f"{distill.teacher} trained model={cfg.model.name}; the teacher must be "
                                              "a retrieval model (sasrec, hstu) scoring every item")
     if FeatureConfig.from_config(cfg.model.get("features")).enabled:
-        raise ConfigError("distill.teacher", f"{distill.teacher} uses side features (model.features); a teacher "
+        raise ConfigError("stage.teacher", f"{distill.teacher} uses side features (model.features); a teacher "
                                              "reads item IDs only")
     if prior_enabled(cfg):
-        raise ConfigError("distill.teacher", f"{distill.teacher} adds the transition prior (model.prior); a teacher "
+        raise ConfigError("stage.teacher", f"{distill.teacher} adds the transition prior (model.prior); a teacher "
                                              "scores with its embeddings only")
     if cfg.data.max_len < max_len:
-        raise ConfigError("distill.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
+        raise ConfigError("stage.teacher", f"the teacher reads at most {cfg.data.max_len} items, the student's "
                                              f"data.max_len is {max_len}")
     teacher_split, student_split = SplitConfig.from_config(cfg.data.get("split")), SplitConfig.from_config(split)
     if teacher_split != student_split:
-        raise ConfigError("distill.teacher", f"{distill.teacher} was trained with data.split {teacher_split}, the "
+        raise ConfigError("stage.teacher", f"{distill.teacher} was trained with data.split {teacher_split}, the "
                                              f"student uses {student_split}: a teacher needs the student's split")
     theirs = load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids
     if len(theirs) != len(item_raw_ids) or any(str(a) != str(b) for a, b in zip(theirs[1:], item_raw_ids[1:])):
         raise DataError(run.config_path, f"the teacher was trained on {cfg.data.name!r} with {len(theirs) - 1} items, "
                                          f"not on the student's {len(item_raw_ids) - 1} items in the same order",
-                        key="distill.teacher")
+                        key="stage.teacher")
     path = run.checkpoint(distill.checkpoint)
     with torch.random.fork_rng(devices=[]):  # building it draws initial weights: leave the run's random state alone
-        task = _retrieval_task(cfg, len(item_raw_ids) - 1, item_raw_ids, distilled=False)
+        task = next_token(_retrieval_model(cfg, len(item_raw_ids) - 1, item_raw_ids), stage_config(cfg),
+                          StageContext(cfg, item_raw_ids, _task_settings(cfg)))  # its own teacher is not loaded
     load_weights(path, task)
     return FrozenTeacher(task.model, {"run_dir": str(run.path), "model": cfg.model.name,
                                       "checkpoint": str(path.relative_to(run.path)), "sha256": file_digest(path)})
@@ -214,9 +182,9 @@ def initialize(task: RecommenderTask, init_from: str) -> dict:
             "global_step": int(meta["global_step"])}
 
 
-#: ``model.kind`` -> the builder of its task
-TASK_BUILDERS: dict[str, Callable[..., RecommenderTask]] = {"retrieval": _retrieval_task,
-                                                              "generative": _generative_task}
+#: ``model.kind`` -> the builder of its model
+MODEL_BUILDERS: dict[str, Callable[..., torch.nn.Module]] = {"retrieval": _retrieval_model,
+                                                               "generative": _generative_model}
 
 
 def prior_enabled(cfg: DictConfig) -> bool:
@@ -244,9 +212,11 @@ def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None 
     ``model.prior`` the dataset ``data`` (its training parts are counted). With ``compile=true`` the model's
     sequence stacks are compiled (:func:`compile_stacks`)."""
     kind = cfg.model.get("kind", "retrieval")
-    if kind not in TASK_BUILDERS:
-        raise ConfigError("model.kind", f"got {kind!r}, expected one of {sorted(TASK_BUILDERS)}")
-    task = TASK_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
+    if kind not in MODEL_BUILDERS:
+        raise ConfigError("model.kind", f"got {kind!r}, expected one of {sorted(MODEL_BUILDERS)}")
+    model = MODEL_BUILDERS[kind](cfg, num_items, item_raw_ids, features)
+    settings = _task_settings(cfg) | ({"sid_table_folder": str(cfg.sid_table)} if kind == "generative" else {})
+    task = build_stage(model, cfg, StageContext(cfg, item_raw_ids, settings, load_teacher))
     if kind == "retrieval" and prior_enabled(cfg):
         _attach_prior(cfg, task, data)
     if cfg.get("compile"):

@@ -5,7 +5,7 @@ summed by code prefix, and the student's per-level softmax along the true target
 between those top items and the item head's softmax. The student's compute per step is that of plain training: the
 distillation terms read the log-probabilities the training loss computes anyway. The teacher is frozen, in eval mode
 (it draws no random numbers), not part of the student's state dict or checkpoints: a resumed run reads it again from
-its run folder, which ``distill.teacher`` names.
+its run folder, which ``stage.teacher`` names (``stage=distill``, genrec/conf/stage).
 
 A retrieval student (SASRec, HSTU: :class:`RetrievalDistillTask`) is taught the same teacher's top items at every
 position through its softmax over every item, the term a generator's item head learns with ``item_head_weight``,
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.batch import JaggedBatch
 from genrec.errors import ConfigError, settings_from
@@ -29,7 +28,7 @@ from genrec.training.module import RetrievalTask
 
 @dataclass(frozen=True)
 class DistillConfig:
-    """``distill.*`` (conf/distill).
+    """The settings of a distillation stage (``stage.*`` of ``stage=distill``).
 
     Attributes:
         teacher: a genrec-train run folder of a retrieval model trained on the same dataset.
@@ -50,23 +49,20 @@ class DistillConfig:
     item_head_weight: float = 0.0
 
     @classmethod
-    def from_config(cls, node: DictConfig | None) -> "DistillConfig | None":
-        """The settings, or ``None`` for ``distill=none``; bad values are a :class:`ConfigError`."""
-        if node is None or not node.get("teacher"):
-            return None
-        values = OmegaConf.to_container(node, resolve=True)
-        values.pop("name", None)
-        config = settings_from(cls, values, "distill")
+    def from_stage(cls, values: dict[str, Any]) -> "DistillConfig":
+        """From the stage's settings (``stage.*`` without ``_target_``, ``name`` and ``train_examples``); bad values
+        are a :class:`ConfigError` naming ``stage.<key>``."""
+        config = settings_from(cls, values, "stage")
         if config.weight < 0:
-            raise ConfigError("distill.weight", f"got {config.weight}, expected a value >= 0")
+            raise ConfigError("stage.weight", f"got {config.weight}, expected a value >= 0")
         if config.top_k < 1:
-            raise ConfigError("distill.top_k", f"got {config.top_k}, expected at least 1")
+            raise ConfigError("stage.top_k", f"got {config.top_k}, expected at least 1")
         if not config.temperature > 0:
-            raise ConfigError("distill.temperature", f"got {config.temperature}, expected a positive number")
+            raise ConfigError("stage.temperature", f"got {config.temperature}, expected a positive number")
         if config.item_head_weight < 0:
-            raise ConfigError("distill.item_head_weight", f"got {config.item_head_weight}, expected a value >= 0")
+            raise ConfigError("stage.item_head_weight", f"got {config.item_head_weight}, expected a value >= 0")
         if config.checkpoint not in ("best", "last"):
-            raise ConfigError("distill.checkpoint", f"got {config.checkpoint!r}, expected best or last")
+            raise ConfigError("stage.checkpoint", f"got {config.checkpoint!r}, expected best or last")
         return config
 
 
@@ -89,7 +85,7 @@ class FrozenTeacher:
 
 def _check_students_items(teacher: FrozenTeacher, num_items: int) -> None:
     if teacher.model.num_items != num_items:
-        raise ConfigError("distill.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
+        raise ConfigError("stage.teacher", f"the teacher scores {teacher.model.num_items} items, the student "
                                              f"{num_items}")
 
 
@@ -113,7 +109,7 @@ class DistillTask(GenerativeTask):
         super().__init__(model, **kwargs)
         _check_students_items(teacher, model.num_items)
         if distill.item_head_weight > 0 and not getattr(model, "has_item_head", False):
-            raise ConfigError("distill.item_head_weight", f"got {distill.item_head_weight}, but the student has no "
+            raise ConfigError("stage.item_head_weight", f"got {distill.item_head_weight}, but the student has no "
                                                           "item head (model.generator.item_head=true)")
         self.teacher, self.distill = teacher, distill
 
@@ -161,9 +157,9 @@ class RetrievalDistillTask(RetrievalTask):
         super().__init__(model, loss, **kwargs)
         _check_students_items(teacher, model.num_items)
         if distill.item_head_weight > 0:
-            raise ConfigError("distill.item_head_weight", f"got {distill.item_head_weight}, but a retrieval student "
+            raise ConfigError("stage.item_head_weight", f"got {distill.item_head_weight}, but a retrieval student "
                                                           "has no item head: its softmax over the items is taught with "
-                                                          "distill.weight")
+                                                          "stage.weight")
         self.teacher, self.distill = teacher, distill
 
     def training_loss(self, batch: JaggedBatch) -> torch.Tensor:

@@ -9,7 +9,6 @@ import torch.distributed as dist
 
 from genrec.data.batch import JaggedBatch
 from genrec.models.generative import BeamScorer, GenerativeRecommender
-from genrec.models.sid_generator import carried_by
 from genrec.training.fsdp import FSDPStrategy, shard_generator
 from genrec.training.task import RecommenderTask, Reduce, Scorer
 
@@ -90,18 +89,5 @@ class GenerativeTask(RecommenderTask):
                 "decoding": {"beam": m.beam, "top_k": m.top_k, "constrained": m.constrained,
                              "history_removal": "history items masked in the beam's last step" if
                              self.exclude_history else "none",
-                             "rank": getattr(m, "rank", "codes"), "code_weight": getattr(m, "code_weight", 1.0),
-                             "carried_by": carried_by(getattr(m, "rank", "codes"), getattr(m, "code_weight", 1.0)),
-                             "ranking": _ranking(m)}}
-
-
-def _ranking(model: GenerativeRecommender) -> str:
-    """How ``model`` orders what it recommends, in words (its ``rank`` setting, ``codes`` for models without)."""
-    k, rank = model.top_k, getattr(model, "rank", "codes")
-    if rank == "items":
-        return f"the item head's top-{k} unseen items over the whole corpus (no generation)"
-    weight = getattr(model, "code_weight", 1.0)
-    code = "code" if weight == 1 else f"{weight:g} x code"
-    by = f"{code} plus item-head log-probability" if rank in ("hybrid", "guided") else "log-probability"
-    beam = "beam, steered by the item head's mass under each prefix," if rank == "guided" else "beam"
-    return f"the {beam} top-{k} items ranked by {by}; items outside it count as misses (MRR truncated there)"
+                             "rank": m.ranking.name, "code_weight": m.ranking.code_weight,
+                             "carried_by": m.ranking.carried_by, "ranking": m.ranking.describe(m.top_k)}}

@@ -11,7 +11,7 @@ from genrec.data.schema import InteractionLog
 from genrec.data.split import SplitConfig, apply_split, split_summary
 from genrec.errors import ConfigError, DataError
 from genrec.eval.baselines import ItemTransitions, item_popularity
-from genrec.training.align import preference_examples
+from genrec.training.preferences import preference_examples
 
 # (item, time) per user; raw items are their dense IDs. Cuts 25 and 40:
 #   a: trains on 1, 2; validates on 3 (t 30); tests on 6 (t 40, at the cut: after it; 6 never trains)

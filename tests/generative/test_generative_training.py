@@ -157,7 +157,7 @@ def test_a_decoding_key_added_after_the_run_trained_takes_effect(trained, tmp_pa
     assert "code_weight" in config
     (old / "config.yaml").write_text("\n".join(l for l in config.splitlines() if "code_weight" not in l) + "\n")
     _, _, task = load_run(old, decoding={"code_weight": 0.0})
-    assert task.model.code_weight == 0.0
+    assert task.model.ranking.code_weight == 0.0
 
 
 def test_export_writes_the_sid_table_and_decoding_settings(trained, sid_table, tmp_path):

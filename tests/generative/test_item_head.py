@@ -152,7 +152,7 @@ def test_codes_ranks_exactly_like_the_beam():
 @pytest.mark.parametrize("rank, weight", [("codes", 1.0), ("hybrid", 0.5), ("guided", 0.5), ("guided", 0.0),
                                           ("items", 1.0)])
 def test_ranking_scores_are_the_scores_the_ranked_items_carry(rank, weight, backbone):
-    """``ranking_scores`` (what ``align.score=ranking`` aligns) of the items ``ranked`` returns equal the scores it
+    """``ranking_scores`` (what ``stage.score=ranking`` aligns) of the items ``ranked`` returns equal the scores it
     ranked them by; after every position of a training batch they equal the scores after each prefix as a prompt."""
     model = generator(rank=rank, code_weight=weight, backbone=backbone)
     batch = eval_batch(HISTORIES)

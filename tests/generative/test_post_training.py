@@ -23,11 +23,14 @@ from genrec.models.distill import distillation_loss, item_distillation_loss, lev
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.preference import preference_loss
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
-from genrec.training.align import (CHECKPOINT_KEY, AlignConfig, AlignTask, beam_negatives, example_keys,
-                                   popularity_negatives, preference_examples, sampled_negatives)
+from genrec.training.align import CHECKPOINT_KEY, AlignConfig, AlignTask
 from genrec.training.builders import build_datamodule, build_task, initialize
 from genrec.training.distill import DistillConfig, DistillTask
 from genrec.training.generative import GenerativeTask
+from genrec.training.preferences import (beam_negatives, example_keys, mine_preferences, popularity_negatives,
+                                         preference_examples, sampled_negatives)
+from genrec.training.stages import stage_config, stage_settings
+from genrec.trust import resolve_target
 from tests.conftest import TINY_RUN, load_script
 from tests.generative.helpers import one_thread, tiny_sid_table
 
@@ -81,6 +84,11 @@ def workdir(tmp_path_factory):
     return tmp
 
 
+def _mine(task: AlignTask, data, max_len: int) -> dict:
+    """The stage's preference cache, mined by ``task``'s model as it is now."""
+    return mine_preferences(task.model, data, max_len, task.align, task.seed, task.reference_batch_size, task.device)
+
+
 def _base(workdir) -> list[str]:
     return DATA + GENERATOR + [f"sid_table={workdir / 'sid'}", f"data.cache_dir={workdir / 'cache'}", "seed=3"]
 
@@ -96,7 +104,7 @@ def _with_other_held_out_items(data: SequenceData, seed: int) -> SequenceData:
 
 @pytest.mark.parametrize("positions", ["last", "all"])
 def test_preference_data_never_touches_validation_or_test_items(workdir, positions):
-    cfg = _compose(_base(workdir) + ["align=dpo"])
+    cfg = _compose(_base(workdir) + ["stage=dpo"])
     dm = build_datamodule(cfg)
     dm.setup()
     data = dm.data
@@ -136,12 +144,12 @@ def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sf
     without the KV cache), and for every example the teacher-forced log-probability of the whole sequence at that
     position (one pass, as next-token training computes it); the examples' last positions carry the same chosen
     items and reference log-probabilities as ``positions=last``."""
-    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3", "align.positions=all"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3", "stage.positions=all"])
     dm = build_datamodule(cfg)
     dm.setup()
     data = dm.data
     task = build_task(cfg, data.num_items, data.item_raw_ids).eval()
-    cache = task.build_preferences(data, dm.max_len)
+    cache = _mine(task, data, dm.max_len)
     examples = preference_examples(data, dm.max_len, "all")
     for user in np.unique(examples.users)[:4]:
         for key in examples.keys[examples.users == user]:
@@ -165,10 +173,10 @@ def test_every_position_prompt_is_the_sequence_up_to_it_and_its_reference_the_sf
             teacher_forced[keys[out.positions[predicted]]] = per_item[predicted]
     at = torch.from_numpy(examples.keys)
     assert torch.allclose(cache["reference_log_probs"][at, 0], teacher_forced[at], atol=1e-4)
-    last = build_task(_compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"]), data.num_items,
+    last = build_task(_compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3"]), data.num_items,
                       data.item_raw_ids).eval()
     last.model.load_state_dict(task.model.state_dict())
-    last_cache = last.build_preferences(data, dm.max_len)
+    last_cache = _mine(last, data, dm.max_len)
     ends = torch.from_numpy(preference_examples(data, dm.max_len, "last").keys)
     assert int((last_cache["chosen"] > 0).sum()) == len(ends) and int((cache["chosen"] > 0).sum()) == len(at)
     assert torch.equal(last_cache["chosen"][ends], cache["chosen"][ends])
@@ -225,7 +233,7 @@ def test_beam_negatives_are_the_models_top_wrong_items(workdir):
 
 
 def test_with_ranking_scores_beam_negatives_are_the_top_of_the_models_ranking(workdir):
-    """``align.score=ranking`` takes hard negatives from what the model recommends (:meth:`ranked`), not from its code
+    """``stage.score=ranking`` takes hard negatives from what the model recommends (:meth:`ranked`), not from its code
     beam: with ``rank=items`` that is the item head's top unseen items over the corpus, a hand-checkable list."""
     cfg = _compose(_base(workdir) + ["model.generator.item_head=true", "model.decoding.rank=items"])
     dm = build_datamodule(cfg)
@@ -260,7 +268,7 @@ def _fit(task, dm, steps: int, ckpt_path=None) -> L.Trainer:
 
 
 def test_reference_log_probs_are_computed_once_cached_frozen_and_checkpointed(workdir, tmp_path):
-    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
@@ -273,8 +281,8 @@ def test_reference_log_probs_are_computed_once_cached_frozen_and_checkpointed(wo
     # frozen: the cache holds the initial weights' log-probabilities, which the trained policy no longer gives
     fresh = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
     fresh.model.load_state_dict(initial)
-    assert torch.allclose(fresh.build_preferences(dm.data, dm.max_len)["reference_log_probs"], cached, atol=1e-6)
-    moved = task.build_preferences(dm.data, dm.max_len)["reference_log_probs"]
+    assert torch.allclose(_mine(fresh, dm.data, dm.max_len)["reference_log_probs"], cached, atol=1e-6)
+    moved = _mine(task, dm.data, dm.max_len)["reference_log_probs"]
     assert (moved - cached).abs().max() > 1e-3
     # a stage resumed from a checkpoint reads the cache back instead of recomputing it from the moved weights
     trainer.save_checkpoint(tmp_path / "last.ckpt")
@@ -288,11 +296,11 @@ def test_reference_log_probs_are_computed_once_cached_frozen_and_checkpointed(wo
 
 
 def test_preference_stats_of_the_reference_weights_are_neutral(workdir):
-    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
-    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    task.preferences = _mine(task, dm.data, dm.max_len)
     L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
               use_distributed_sampler=False).test(task, datamodule=dm, verbose=False)
     stats = task.run_info()["align"]["tested_weights_on_training_examples"]
@@ -330,11 +338,11 @@ def test_branched_cache_scores_every_prefix_like_one_prompt_per_prefix(workdir):
 def test_at_the_reference_weights_every_training_batch_loss_is_neutral(workdir, positions):
     """Before any step the policy is the reference: every example's rewards are 0, so S-DPO's loss is log(1 + K)
     on every training batch; this needs each example's cached negatives and reference read back at its own key."""
-    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3", f"align.positions={positions}"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3", f"stage.positions={positions}"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
-    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    task.preferences = _mine(task, dm.data, dm.max_len)
     task.train()  # dropout is off in alignment stages (align.disable_dropout)
     with torch.no_grad():
         for batch in dm.train_dataloader():
@@ -346,15 +354,15 @@ ITEM_HEAD = ["model.generator.item_head=true", "model.decoding.rank=guided", "mo
 
 @pytest.mark.parametrize("positions", ["last", "all"])
 def test_ranking_score_rewards_compare_the_scores_the_model_ranks_by(workdir, positions):
-    """``align.score=ranking`` on a generator that ranks with its item head (``rank=guided``, code weight 0.5): the
+    """``stage.score=ranking`` on a generator that ranks with its item head (``rank=guided``, code weight 0.5): the
     cached reference holds 0.5 x code plus item-head log-probability of every candidate (not the code
     log-probability), and at the reference weights every training batch's loss is neutral."""
-    cfg = _compose(_base(workdir) + ITEM_HEAD + ["align=sdpo", "align.num_negatives=3", "align.score=ranking",
-                                                 f"align.positions={positions}"])
+    cfg = _compose(_base(workdir) + ITEM_HEAD + ["stage=sdpo", "stage.num_negatives=3", "stage.score=ranking",
+                                                 f"stage.positions={positions}"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
-    task.preferences = cache = task.build_preferences(dm.data, dm.max_len)
+    task.preferences = cache = _mine(task, dm.data, dm.max_len)
     model = task.model.eval()
     examples = preference_examples(dm.data, dm.max_len, positions)
     rows, batch = next(examples.batches(16))
@@ -373,7 +381,7 @@ def test_ranking_score_rewards_compare_the_scores_the_model_ranks_by(workdir, po
 
 
 def test_a_checkpoint_with_a_per_user_preference_cache_is_refused(workdir):
-    cfg = _compose(_base(workdir) + ["align=sdpo"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
@@ -384,17 +392,17 @@ def test_a_checkpoint_with_a_per_user_preference_cache_is_refused(workdir):
 def test_the_sequence_next_token_term_adds_the_controls_loss(workdir):
     """``sft_target=sequence``: the stage's loss is the preference loss plus weight x the loss continued SFT trains
     on (every position); ``chosen``: minus weight x the chosen item's mean log-probability per code."""
-    cfg = _compose(_base(workdir) + ["align=sdpo", "align.num_negatives=3"])
+    cfg = _compose(_base(workdir) + ["stage=sdpo", "stage.num_negatives=3"])
     dm = build_datamodule(cfg)
     dm.setup()
     task = build_task(cfg, dm.data.num_items, dm.data.item_raw_ids)
-    task.preferences = task.build_preferences(dm.data, dm.max_len)
+    task.preferences = _mine(task, dm.data, dm.max_len)
     batch = next(iter(dm.train_dataloader()))
     losses = {}
     with torch.no_grad():
         for name, change in (("none", {}), ("sequence", {"sft_weight": 0.5, "sft_target": "sequence"}),
                              ("chosen", {"sft_weight": 0.5})):
-            task.align = dataclasses.replace(AlignConfig.from_config(cfg.align), **change)
+            task.align = dataclasses.replace(AlignConfig.from_stage(stage_settings(cfg.stage)), **change)
             losses[name] = float(task.training_loss(batch))
         control = float(GenerativeTask.training_loss(task, batch))
         chosen = batch.target_ids[batch.offsets[1:] - 1]
@@ -405,34 +413,51 @@ def test_the_sequence_next_token_term_adds_the_controls_loss(workdir):
     assert losses["chosen"] == pytest.approx(losses["none"] - 0.5 * chosen_log_prob / levels, abs=1e-5)
 
 
-@pytest.mark.parametrize("group, name", [(g, p.stem) for g in ("align", "distill")
-                                         for p in sorted((CONF_DIR / g).glob("*.yaml"))])
-def test_align_and_distill_configs_build_their_settings(group, name):
-    overrides = [f"{group}={name}"] + (["distill.teacher=runs/x"] if (group, name) == ("distill", "teacher") else [])
-    settings = (AlignConfig if group == "align" else DistillConfig).from_config(_compose(overrides)[group])
-    assert (settings is None) == (name == "none")
-    if group == "align" and settings:
-        assert settings.loss == name
+@pytest.mark.parametrize("name", [p.stem for p in sorted((CONF_DIR / "stage").glob("*.yaml"))])
+def test_every_stage_config_builds_its_settings(name):
+    """Each stage names its task's builder and its own settings (``stage=<name>``, genrec/conf/stage)."""
+    cfg = _compose([f"stage={name}"] + (["stage.teacher=runs/x"] if name == "distill" else []))
+    builder = resolve_target(cfg.stage._target_)
+    assert builder.__module__ == "genrec.training.stages" and cfg.stage.name == name
+    settings = stage_settings(cfg.stage)
+    if name in ("dpo", "sdpo"):
+        assert AlignConfig.from_stage(settings).loss == name and cfg.stage.train_examples == "sequences"
+    elif name == "distill":
+        assert DistillConfig.from_stage(settings).teacher == "runs/x"
+    else:
+        assert settings == {}
 
 
-def test_align_and_distill_settings_are_checked():
-    for override, message in [("align.beta=0", "align.beta: got 0"), ("align.negatives=random", "align.negatives"),
-                              ("align.num_negatives=0", "align.num_negatives: got 0"),
-                              ("align.sft_target=all", "align.sft_target: got 'all'"),
-                              ("align.positions=every", "align.positions: got 'every'"),
-                              ("align.score=logits", "align.score: got 'logits'"),
-                              ("align.beam_skip=2", "align.beam_skip: got 2, .* align.negatives=beam"),
-                              ("align.beam_skip=-1", "align.beam_skip: got -1"),
-                              ("+align.temperature=1", "align: .*unexpected keyword argument 'temperature'")]:
+def test_stage_settings_are_checked():
+    for override, message in [("stage.beta=0", "stage.beta: got 0"), ("stage.negatives=random", "stage.negatives"),
+                              ("stage.num_negatives=0", "stage.num_negatives: got 0"),
+                              ("stage.sft_target=all", "stage.sft_target: got 'all'"),
+                              ("stage.positions=every", "stage.positions: got 'every'"),
+                              ("stage.score=logits", "stage.score: got 'logits'"),
+                              ("stage.beam_skip=2", "stage.beam_skip: got 2, .* stage.negatives=beam"),
+                              ("stage.beam_skip=-1", "stage.beam_skip: got -1"),
+                              ("+stage.temperature=1", "stage: .*unexpected keyword argument 'temperature'")]:
         with pytest.raises(ConfigError, match=message):
-            AlignConfig.from_config(_compose(["align=dpo", override]).align)
-    with pytest.raises(ConfigError, match="distill.weight: got -1"):
-        DistillConfig.from_config(_compose(["distill=teacher", "distill.teacher=x", "distill.weight=-1"]).distill)
-    with pytest.raises(ConfigError, match="align.sft_target: sft_target=chosen adds the chosen item's code"):
-        AlignConfig.from_config(_compose(["align=sdpo", "align.score=ranking", "align.sft_weight=1"]).align)
-    assert AlignConfig.from_config(_compose(["align=none"]).align) is None
-    assert DistillConfig.from_config(_compose(["distill=none"]).distill) is None
-    assert AlignConfig.from_config(_compose(["align=sdpo"]).align) == AlignConfig(loss="sdpo", num_negatives=8)
+            AlignConfig.from_stage(stage_settings(_compose(["stage=dpo", override]).stage))
+    with pytest.raises(ConfigError, match="stage.weight: got -1"):
+        DistillConfig.from_stage(stage_settings(_compose(["stage=distill", "stage.teacher=x",
+                                                          "stage.weight=-1"]).stage))
+    with pytest.raises(ConfigError, match="stage.sft_target: sft_target=chosen adds the chosen item's code"):
+        AlignConfig.from_stage(stage_settings(_compose(["stage=sdpo", "stage.score=ranking",
+                                                        "stage.sft_weight=1"]).stage))
+    assert AlignConfig.from_stage(stage_settings(_compose(["stage=sdpo"]).stage)) == AlignConfig(loss="sdpo",
+                                                                                                  num_negatives=8)
+
+
+def test_a_run_folder_from_before_the_stage_group_is_read_as_its_stage():
+    """config.yaml files written with ``align:`` / ``distill:`` nodes (b9ac798 and earlier) still evaluate."""
+    old = OmegaConf.create({"align": {"loss": "sdpo", "beta": 0.1, "num_negatives": 8}, "distill": {"teacher": None}})
+    stage = stage_config(old)
+    assert stage.name == "sdpo" and stage.train_examples == "sequences"
+    assert AlignConfig.from_stage(stage_settings(stage)) == AlignConfig(loss="sdpo", num_negatives=8)
+    stage = stage_config(OmegaConf.create({"align": {"loss": "none"}, "distill": {"teacher": "runs/t"}}))
+    assert stage.name == "distill" and DistillConfig.from_stage(stage_settings(stage)).teacher == "runs/t"
+    assert stage_config(OmegaConf.create({"align": {"loss": "none"}})).name == "sft"
 
 
 # ---- distillation ------------------------------------------------------------------------------------------------
@@ -466,8 +491,8 @@ def test_distillation_with_weight_zero_equals_plain_training(tiny_run, workdir):
     the random state would show."""
     teacher_dir, _ = tiny_run
     weights = {}
-    for name, extra in (("plain", []), ("distill", ["distill=teacher", f"distill.teacher={teacher_dir}",
-                                                    "distill.weight=0.0"])):
+    for name, extra in (("plain", []), ("distill", ["stage=distill", f"stage.teacher={teacher_dir}",
+                                                    "stage.weight=0.0"])):
         cfg = _compose(_base(workdir) + extra)
         L.seed_everything(cfg.seed, verbose=False)
         dm = build_datamodule(cfg)
@@ -489,9 +514,9 @@ def test_distillation_moves_the_student_towards_the_teacher(tiny_run, workdir):
     teacher_dir, _ = tiny_run
     terms = {}
     for weight in (0.0, 1000.0):
-        cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}",
-                                         f"distill.weight={weight}", "model.backbone.dropout=0.0", "optim.lr=1e-2",
-                                         "distill.temperature=0.05"])
+        cfg = _compose(_base(workdir) + ["stage=distill", f"stage.teacher={teacher_dir}",
+                                         f"stage.weight={weight}", "model.backbone.dropout=0.0", "optim.lr=1e-2",
+                                         "stage.temperature=0.05"])
         L.seed_everything(cfg.seed, verbose=False)
         dm = build_datamodule(cfg)
         dm.setup()
@@ -515,8 +540,8 @@ def test_item_head_distillation_adds_the_teachers_top_items_to_the_loss(tiny_run
     teacher_dir, _ = tiny_run
     head = ["model.generator.item_head=true", "model.generator.item_inputs=true",
             "model.generator.tie_item_tables=true", "model.backbone.dropout=0.0"]
-    distill = ["distill=teacher", f"distill.teacher={teacher_dir}", "distill.weight=0.5", "distill.top_k=7",
-               "distill.item_head_weight=2.0"]
+    distill = ["stage=distill", f"stage.teacher={teacher_dir}", "stage.weight=0.5", "stage.top_k=7",
+               "stage.item_head_weight=2.0"]
     cfg = _compose(_base(workdir) + head + distill)
     L.seed_everything(cfg.seed, verbose=False)
     dm = build_datamodule(cfg)
@@ -539,18 +564,18 @@ def test_item_head_distillation_adds_the_teachers_top_items_to_the_loss(tiny_run
         assert by_hand == pytest.approx(float(term), rel=1e-5)
         expected = float(targets.nll(codes)) + float(targets.item_nll()) + 0.5 * levels + 2.0 * by_hand
     assert loss == pytest.approx(expected, rel=1e-5)
-    with pytest.raises(ConfigError, match="distill.item_head_weight: got 2.0, but the student has no item head"):
+    with pytest.raises(ConfigError, match="stage.item_head_weight: got 2.0, but the student has no item head"):
         build_task(_compose(_base(workdir) + distill), dm.data.num_items, dm.data.item_raw_ids)
 
 
 def test_a_distilled_sasrec_adds_the_teachers_top_items_to_its_softmax_loss(tiny_run, workdir):
-    """``model=sasrec distill=teacher``: the loss is the full-softmax next-item loss plus ``weight`` x the cross-entropy
+    """``model=sasrec stage=distill``: the loss is the full-softmax next-item loss plus ``weight`` x the cross-entropy
     between the teacher's top ``k`` items after every position and the student's softmax over all items, both
     computed here by hand, position by position; ``item_head_weight`` is refused (a SASRec has no item head)."""
     teacher_dir, _ = tiny_run
     student = DATA + ["model=sasrec", "model.dim=16", "model.encoder.dropout=0.0", "seed=3",
-                      f"data.cache_dir={workdir / 'cache'}", "distill=teacher", f"distill.teacher={teacher_dir}", "distill.weight=0.5",
-                      "distill.top_k=5", "distill.temperature=2.0"]
+                      f"data.cache_dir={workdir / 'cache'}", "stage=distill", f"stage.teacher={teacher_dir}", "stage.weight=0.5",
+                      "stage.top_k=5", "stage.temperature=2.0"]
     cfg = _compose(student)
     L.seed_everything(cfg.seed, verbose=False)
     dm = build_datamodule(cfg)
@@ -577,22 +602,19 @@ def test_a_distilled_sasrec_adds_the_teachers_top_items_to_its_softmax_loss(tiny
     info = task.run_info()
     assert info["parameters"]["total"] == sum(p.numel() for p in task.model.parameters())
     assert info["distill"]["teacher"]["run_dir"] == str(teacher_dir) and info["distill"]["top_k"] == 5
-    with pytest.raises(ConfigError, match="distill.item_head_weight: got 1.0, but a retrieval student has no item"):
-        build_task(_compose(student + ["distill.item_head_weight=1.0"]), dm.data.num_items, dm.data.item_raw_ids)
+    with pytest.raises(ConfigError, match="stage.item_head_weight: got 1.0, but a retrieval student has no item"):
+        build_task(_compose(student + ["stage.item_head_weight=1.0"]), dm.data.num_items, dm.data.item_raw_ids)
 
 
 def test_a_teacher_of_another_dataset_is_refused(tiny_run, workdir, tmp_path):
     teacher_dir, _ = tiny_run
-    cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.max_len=30"])
+    cfg = _compose(_base(workdir) + ["stage=distill", f"stage.teacher={teacher_dir}", "data.max_len=30"])
     with pytest.raises(ConfigError, match="the teacher reads at most 20 items"):
         build_task(cfg, 120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
-    cfg = _compose(_base(workdir) + ["distill=teacher", f"distill.teacher={teacher_dir}", "data.split.kind=time",
+    cfg = _compose(_base(workdir) + ["stage=distill", f"stage.teacher={teacher_dir}", "data.split.kind=time",
                                      "data.split.valid_from=0.8", "data.split.test_from=0.9"])
     with pytest.raises(ConfigError, match="a teacher needs the student's split"):  # it trained on held-out events
         build_task(cfg, 120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
-    with pytest.raises(ConfigError, match="align or distill, not both"):
-        build_task(_compose(_base(workdir) + ["align=dpo", "distill=teacher", f"distill.teacher={teacher_dir}"]),
-                   120, load_dataset(cfg.data.reader, cfg.data.preprocess, cfg.data.cache_dir).item_raw_ids)
 
 
 def test_cold_items_reach_neither_the_teacher_nor_the_sid_table(tiny_run, workdir, tmp_path):
@@ -612,7 +634,7 @@ def test_cold_items_reach_neither_the_teacher_nor_the_sid_table(tiny_run, workdi
         return build_task(_compose(overrides), len(raw) - 1, raw)
 
     with pytest.raises(ConfigError, match="a teacher needs the student's split"):
-        student({"name": "text"}, ["distill=teacher", f"distill.teacher={teacher_dir}"])
+        student({"name": "text"}, ["stage=distill", f"stage.teacher={teacher_dir}"])
 
     with pytest.raises(ConfigError, match="fitted on the item table of .* the cold items' interactions would reach"):
         student({"name": "collaborative", "run_dir": str(teacher_dir)})
