@@ -1,28 +1,24 @@
 """One error policy for every CLI: a user error prints ONE line naming the file or key and what was expected, exits
 with status 2, and happens before any expensive work (the data cache is never created) — and a CLI given a wrong
-folder creates nothing. Each case runs the real CLI in a subprocess."""
+folder creates nothing. Each case runs the real CLI's entry point (tests/cli_runner.py: in this process, as
+``python -m`` would from its folder)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.cli_runner import run_entry
 from tests.conftest import TINY_RUN
-from tests.test_resume import LAUNCH_VARIABLES
 
 
 def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m <module> <args>`` run from ``cwd`` (genrec imported from this checkout)."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env=env)
+    """``python -m <module> <args>`` run from ``cwd`` (its entry point, in this process)."""
+    return run_entry(module, *args, cwd=cwd)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, prog: str, *expected: str) -> str:
@@ -175,18 +171,6 @@ def test_a_run_folder_config_cannot_run_code(run_copy, tmp_path, target):
     assert not made.exists()
 
 
-def _entry_error(main, prog: str, args: list[str], capsys, monkeypatch, tmp_path) -> str:
-    """The CLI entry point ``main`` run in this process with ``args`` -> its one error line (exit status 2)."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [prog, *args])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert stopped.value.code == 2 and len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), err[-3000:]
-    return lines[0]
-
-
 @pytest.mark.parametrize("cli, args, expected", [
     ("eval", [], "run_dir: missing mandatory value: set it on the command line (run_dir=...)"),
     ("export", [], "run_dir: missing mandatory value"),
@@ -204,15 +188,10 @@ def _entry_error(main, prog: str, args: list[str], capsys, monkeypatch, tmp_path
     ("train", ["distill=teacher", "distill.teacher=runs/t"], "use stage=distill"),
     ("train", ["stage=distill"], "stage.teacher: missing mandatory value"),
 ])
-def test_config_mistakes_are_one_line_before_anything_loads(cli, args, expected, capsys, monkeypatch, tmp_path):
+def test_config_mistakes_are_one_line_before_anything_loads(cli, args, expected, tmp_path):
     """Each case was a multi-line Hydra report (exit 1) or a traceback at b9ac798, or was accepted silently."""
-    from genrec import evaluate, train
-    from genrec.export import cli as export_cli
-    from genrec.stream import cli as stream_cli
-
     (tmp_path / "a_file").write_text("")
-    main, prog = {"eval": (evaluate.main, "genrec-eval"), "export": (export_cli.main, "genrec-export"),
-                  "stream": (stream_cli.main, "genrec-stream"), "train": (train.main, "genrec-train")}[cli]
-    line = _entry_error(main, prog, [*args, f"hydra.run.dir={tmp_path / 'run'}"], capsys, monkeypatch, tmp_path)
-    assert expected in line
+    module, prog = {"eval": ("genrec.evaluate", "genrec-eval"), "export": ("genrec.export", "genrec-export"),
+                    "stream": ("genrec.stream", "genrec-stream"), "train": ("genrec.train", "genrec-train")}[cli]
+    _one_line_error(_cli(module, *args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path), prog, expected)
     assert not (tmp_path / "run" / "config.yaml").exists() and not list(tmp_path.glob("**/cache"))

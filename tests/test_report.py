@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from genrec.errors import DataError, UserError
 from genrec.report.cli import write_report
 from genrec.report.collect import config_diff, read_run
 from tests.conftest import TINY_RUN
+from tests.cli_runner import run_entry
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium;"
@@ -109,8 +109,7 @@ def test_comparison_report_diffs_the_configs(runs, tmp_path):
 def test_a_wrong_run_folder_is_one_line_and_writes_nothing(runs, tmp_path):
     first, _ = runs
     out = tmp_path / "out" / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "genrec.report", str(first), str(tmp_path / "missing"), "-o",
-                           str(out)], capture_output=True, text=True, timeout=120)
+    proc = run_entry("genrec.report", str(first), str(tmp_path / "missing"), "-o", str(out), cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"genrec-report: error: run={tmp_path / 'missing'}: does not exist; "
                                                 "expected a run folder written by genrec-train"]

@@ -1,7 +1,5 @@
 """End to end: a tiny training run writes its folder; genrec-eval on its checkpoint reproduces its test metrics."""
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -9,6 +7,7 @@ import pytest
 from genrec import evaluate as eval_entry
 from genrec import train as train_entry
 from genrec.conf import compose_config
+from tests.cli_runner import run_entry
 
 TINY = ["data.reader.num_users=300", "data.reader.num_items=120", "data.reader.num_clusters=6",
         "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false",
@@ -80,9 +79,8 @@ def test_eval_entry_reproduces_test_metrics(trained):
 def test_cli_reports_bad_data_in_one_line(tmp_path):
     bad = tmp_path / "events.csv"
     bad.write_text("user_id;item_id\n1;2\n")
-    proc = subprocess.run([sys.executable, "-m", "genrec.train", "data=events", f"data.reader.path={bad}",
-                           f"data.cache_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_entry("genrec.train", "data=events", f"data.reader.path={bad}", f"data.cache_dir={tmp_path}",
+                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "genrec-train: error:" in proc.stderr and str(bad) in proc.stderr
     assert "Traceback" not in proc.stderr

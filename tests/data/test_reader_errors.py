@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ from genrec.data.amazon import read_amazon_lcrec, read_amazon_reviews, read_amaz
 from genrec.errors import DataError
 from genrec.data.generic import read_events
 from genrec.data.movielens import read_movielens
+from tests.cli_runner import run_entry
 
 
 def write(path: Path, content: str | bytes, gz: bool = False) -> Path:
@@ -356,10 +355,8 @@ def test_cli_reports_reader_holes_in_one_line(tmp_path, preset, name, content, l
     folder.mkdir()
     bad = write(folder / name, content)
     extra = ["data.reader.timestamp=ts"] if preset == "events" else []
-    proc = subprocess.run([sys.executable, "-m", "genrec.train", f"data={preset}",
-                           f"data.reader.path={folder if preset == 'ml100k' else bad}", *extra,
-                           f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_entry("genrec.train", f"data={preset}", f"data.reader.path={folder if preset == 'ml100k' else bad}",
+                     *extra, f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [row for row in proc.stderr.splitlines() if row.strip() and not row.startswith("Seed set to")]
     assert len(lines) == 1 and lines[0].startswith(f"genrec-train: error: {bad}:{line}: "), proc.stderr[-2000:]

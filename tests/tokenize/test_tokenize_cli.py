@@ -1,7 +1,5 @@
 """End to end: genrec-tokenize writes a loadable SID table with its health report; bad input is one line."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -9,6 +7,7 @@ import pytest
 from genrec.tokenize import SIDTable
 from genrec.tokenize import cli
 from genrec.conf import compose_config
+from tests.cli_runner import run_entry
 
 TINY_DATA = ["data.reader.num_users=300", "data.reader.num_items=150", "data.reader.num_clusters=6",
              "encoder=categorical", "threads=1"]
@@ -56,9 +55,8 @@ def test_run_writes_a_loadable_table_and_health_report(tmp_path, tokenizer, coll
 def test_cli_reports_bad_embedding_file_in_one_line(tmp_path):
     bad = tmp_path / "emb.npy"
     np.save(bad, np.zeros((7, 4), dtype=np.float32))
-    proc = subprocess.run([sys.executable, "-m", "genrec.tokenize", *TINY_DATA[:3], "encoder=file",
-                           f"encoder.path={bad}", f"data.cache_dir={tmp_path / 'cache'}",
-                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300)
+    proc = run_entry("genrec.tokenize", *TINY_DATA[:3], "encoder=file", f"encoder.path={bad}",
+                     f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"genrec-tokenize: error: {bad}: has shape (7, 4); expected (" in proc.stderr
     assert "Traceback" not in proc.stderr
