@@ -35,9 +35,10 @@ demo: setup
 	$(BIN)/python -m genrec.evaluate run_dir=$(DEMO_RUN)-sid_gpt
 	$(BIN)/python -m genrec.export run_dir=$(DEMO_RUN)-sid_gpt
 
-# The default test suite (fast; multi-process and slow tests are marked and run by `make test-slow`).
+# The default test suite (fast; slow tests are marked and run by `make test-slow`), on every core (pytest-xdist; a
+# module's tests share one worker, so its module-scoped fixtures are built once).
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadscope $(PYTEST_ARGS)
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)

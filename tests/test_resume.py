@@ -137,11 +137,12 @@ def uninterrupted(workdir):
 
 
 @pytest.mark.parametrize("kind, kill_step", [
-    ("sasrec", 4),    # mid-epoch: the step checkpoint inside the first epoch
-    ("sasrec", 20),   # the checkpoint after the second epoch's validation
-    ("hstu", 12),     # mid-epoch, second epoch
-    ("sid_gpt", 8),   # mid-epoch, first epoch
-    ("sasrec_dynamic", 40),  # mid-epoch, second epoch: tier 0, the store and the admission state come back
+    ("sasrec", 4),    # mid-epoch: the step checkpoint inside the first epoch (the default suite's case)
+    pytest.param("sasrec", 20, marks=pytest.mark.slow),  # the checkpoint after the second epoch's validation
+    pytest.param("hstu", 12, marks=pytest.mark.slow),     # mid-epoch, second epoch
+    pytest.param("sid_gpt", 8, marks=pytest.mark.slow),   # mid-epoch, first epoch
+    # mid-epoch, second epoch: tier 0, the store and the admission state come back
+    pytest.param("sasrec_dynamic", 40, marks=pytest.mark.slow),
 ])
 def test_killed_and_resumed_equals_uninterrupted(kind, kill_step, workdir, uninterrupted, tmp_path):
     reference = uninterrupted(kind)
@@ -154,6 +155,7 @@ def test_killed_and_resumed_equals_uninterrupted(kind, kill_step, workdir, unint
 
 
 @pytest.mark.dist
+@pytest.mark.slow
 def test_two_process_sharded_run_killed_and_resumed_equals_uninterrupted(workdir, tmp_path):
     """Row-wise sharded item table over 2 gloo processes (distributed checkpoint folders); the kill takes both."""
     overrides = _overrides("sasrec", workdir) + ["trainer.accelerator=cpu", "trainer.devices=2", "sharding=row_wise"]
