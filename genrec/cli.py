@@ -2,8 +2,10 @@
 
 The error policy: a :class:`~genrec.errors.UserError` (bad data, a bad config value, a missing or corrupt
 checkpoint, a wrong run folder) is printed as one line, ``<prog>: error: <message>``, and the process exits with
-status 2; any other exception is a bug in genrec and keeps its traceback. Each CLI checks its config and the files
-it reads before doing anything expensive, so a user error costs seconds, not a data load.
+status 2; so is a write that finds the disk or the file-size limit full (genrec's own checkpoint and log writers
+name their file; anywhere else the file the OS names, if any). Any other exception is a bug in genrec and keeps its
+traceback. Each CLI checks its config and the files it reads before doing anything expensive, so a user error costs
+seconds, not a data load.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from genrec.errors import UserError
+from genrec.errors import DiskFullError, UserError, is_full
 
 T = TypeVar("T")
 
@@ -20,10 +22,14 @@ USER_ERROR_STATUS = 2
 
 
 def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; a :class:`UserError` becomes one line on stderr and exit status 2."""
+    """``fn(*args)``; a :class:`UserError` (or a full disk) becomes one line on stderr and exit status 2."""
     try:
         return fn(*args)
-    except UserError as err:
+    except (UserError, OSError) as err:
+        if not isinstance(err, UserError):
+            if not is_full(err):
+                raise
+            err = DiskFullError(err.filename or "a file genrec was writing", err)
         message = " ".join(str(err).split())  # one line, whatever the message
         print(f"{prog}: error: {message}", file=sys.stderr)
         sys.exit(USER_ERROR_STATUS)
