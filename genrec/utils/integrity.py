@@ -122,9 +122,10 @@ def expected_run(run_id: str | None) -> str:
 
 def check_manifest(folder: str | Path, run_id: str | None) -> bool:
     """Check ``folder`` against its manifest: written by the run ``run_id`` (``None``: a run folder without a
-    recorded identity), every listed file present with its size and sha256. Returns whether the folder has a
-    manifest: a folder without one passes only when ``run_id`` is ``None`` (written before genrec wrote
-    manifests). Raises :class:`DataError` naming the file at fault."""
+    recorded identity), every listed file present with its size and sha256, and every sub-folder's own manifest
+    checked the same way. Returns whether the folder has a manifest: a folder without one passes only when
+    ``run_id`` is ``None`` (written before genrec wrote manifests). Raises :class:`DataError` naming the file at
+    fault."""
     folder = Path(folder)
     path = folder / MANIFEST_FILE
     if not path.is_file():
@@ -150,4 +151,6 @@ def check_manifest(folder: str | Path, run_id: str | None) -> bool:
         if file_sha256(file) != entry["sha256"]:
             raise DataError(file, f"its sha256 differs from the one in {path} (modified or corrupted since the "
                                   "checkpoint was written)")
+        if file.name == MANIFEST_FILE:
+            check_manifest(file.parent, run_id)
     return True

@@ -116,12 +116,14 @@ def save_shard(table: DynamicTable, folder: Path) -> None:
             fsync_tree(folder / STORE_DIR)
 
 
-def load_checkpoint(tables: dict[str, DynamicTable], path: str | Path, run_id: str | None = None) -> None:
+def load_checkpoint(tables: dict[str, DynamicTable], path: str | Path, run_id: str | None = None,
+                    checked: bool = False) -> None:
     """Load every table's shard from the checkpoint ``path`` (any world size), written by the run ``run_id``
-    (checked first, against its manifest). Tables must be freshly built. A damaged checkpoint is a
-    :class:`~genrec.errors.DataError` naming its file."""
+    (checked first, against its manifest, unless the caller ``checked`` it already). Tables must be freshly built.
+    A damaged checkpoint is a :class:`~genrec.errors.DataError` naming its file."""
     root = resolve(path)
-    check_manifest(root, run_id)
+    if not checked:
+        check_manifest(root, run_id)
     for name, table in tables.items():
         shards = sorted((root / name).glob("rank*"), key=lambda p: int(p.name[4:]))
         if not shards:
