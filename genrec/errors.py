@@ -49,8 +49,8 @@ class DiskFullError(UserError):
     def __init__(self, path: str | Path, err: OSError):
         self.path = Path(path)
         super().__init__(f"{path}: cannot be written: {err.strerror or err} (the disk, a quota or the file-size limit "
-                         "is full); what was written before is intact: free space, then resume the run "
-                         "(resume_from=<run folder>)")
+                         "is full); what was written before is intact: free space, then run again (a training "
+                         "run continues with resume_from=<run folder>)")
 
 
 #: the ``errno`` values of a write that found no room: a full disk, an exhausted quota, a file-size limit

@@ -143,8 +143,8 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes_exactly
     assert stop.value.code == 2 and writes == ["last.ckpt", "last.ckpt"]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("genrec-train: error:")]
     assert lines == [f"genrec-train: error: {last}: cannot be written: No space left on device (the disk, a quota or "
-                     "the file-size limit is full); what was written before is intact: free space, then resume the "
-                     "run (resume_from=<run folder>)"]
+                     "the file-size limit is full); what was written before is intact: free space, then run again (a "
+                     "training run continues with resume_from=<run folder>)"]
     assert RunFolder(run_dir).check_checkpoint(last)["global_step"] == 2
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no partial file left
 
