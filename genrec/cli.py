@@ -3,11 +3,13 @@ metric table.
 
 The error policy: a :class:`~genrec.errors.UserError` (bad data, a bad config value, a missing or corrupt
 checkpoint, a wrong run folder) is printed as one line, ``<prog>: error: <message>``, and the process exits with
-status 2; any other exception is a bug in genrec and keeps its traceback. The same holds for the mistakes Hydra and
-OmegaConf find: an override that does not compose (a misspelled key or group option, a bad override: checked by
+status 2; so is a write that finds the disk or the file-size limit full (genrec's own checkpoint and log writers
+name their file; anywhere else the file the OS names, if any). The same holds for the mistakes Hydra and OmegaConf
+find: an override that does not compose (a misspelled key or group option, a bad override: checked by
 :func:`check_command_line` before Hydra starts), a mandatory value left unset (``???``), and genrec's own errors
-raised inside ``hydra.utils.instantiate`` (which wraps them). Each CLI checks its config and the files it reads
-before doing anything expensive, so a user error costs seconds, not a data load.
+raised inside ``hydra.utils.instantiate`` (which wraps them). Any other exception is a bug in genrec and keeps its
+traceback. Each CLI checks its config and the files it reads before doing anything expensive, so a user error costs
+seconds, not a data load.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any, Callable, TypeVar
 
 from omegaconf.errors import MissingMandatoryValue
 
-from genrec.errors import ConfigError, UserError
+from genrec.errors import ConfigError, DiskFullError, UserError, is_full
 
 T = TypeVar("T")
 
@@ -32,12 +34,14 @@ def _exit_with(prog: str, message: str) -> None:
 
 def user_error(err: BaseException) -> UserError | None:
     """The :class:`UserError` ``err`` is or wraps (``hydra.utils.instantiate`` raises its target's errors as the
-    ``__cause__`` of an ``InstantiationException``); an unset mandatory value (``???``) as a :class:`ConfigError`
-    naming its key; else ``None``."""
+    ``__cause__`` of an ``InstantiationException``); a full disk as a :class:`DiskFullError`; an unset mandatory value
+    (``???``) as a :class:`ConfigError` naming its key; else ``None``."""
     seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, UserError):
             return seen
+        if isinstance(seen, OSError) and is_full(seen):
+            return DiskFullError(seen.filename or "a file genrec was writing", seen)
         if isinstance(seen, MissingMandatoryValue):
             key = seen.full_key or "?"
             return ConfigError(key, f"missing mandatory value: set it on the command line ({key}=...)")
@@ -46,8 +50,8 @@ def user_error(err: BaseException) -> UserError | None:
 
 
 def run_cli(prog: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``; a :class:`UserError` (or one of the wrapped errors :func:`user_error` finds) becomes one line
-    on stderr and exit status 2."""
+    """``fn(*args)``; a :class:`UserError` (or one of the errors :func:`user_error` finds: a full disk, an unset
+    value, a wrapped UserError) becomes one line on stderr and exit status 2."""
     try:
         return fn(*args)
     except Exception as err:

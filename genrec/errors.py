@@ -2,6 +2,9 @@
 (:func:`genrec.cli.run_cli`); any other exception is a bug in genrec and keeps its traceback."""
 from __future__ import annotations
 
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +41,37 @@ class ConfigError(UserError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(f"{key}: {message}")
+
+
+class DiskFullError(UserError):
+    """A file could not be written because the disk, the user's quota or the process's file-size limit is full."""
+
+    def __init__(self, path: str | Path, err: OSError):
+        self.path = Path(path)
+        super().__init__(f"{path}: cannot be written: {err.strerror or err} (the disk, a quota or the file-size limit "
+                         "is full); what was written before is intact: free space, then run again (a training "
+                         "run continues with resume_from=<run folder>)")
+
+
+#: the ``errno`` values of a write that found no room: a full disk, an exhausted quota, a file-size limit
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def is_full(err: BaseException) -> bool:
+    """Whether ``err`` is a write that found no room (:data:`FULL_ERRNOS`)."""
+    return isinstance(err, OSError) and err.errno in FULL_ERRNOS
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Writes to ``path`` inside the block that find no room raise :class:`DiskFullError` naming ``path``; other
+    errors pass through."""
+    try:
+        yield
+    except OSError as err:
+        if is_full(err):
+            raise DiskFullError(path, err) from None
+        raise
 
 
 def settings_from(cls: type[T], values: dict[str, Any], key: str) -> T:

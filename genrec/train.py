@@ -53,9 +53,9 @@ RESUMES_FILE = "resumes.jsonl"
 INIT_FILE = "init_from.json"  # the checkpoint a stage started from (init_from=), with its sha256
 
 
-def resume_point(resume_from: str) -> tuple[Path, Path]:
-    """``resume_from`` (a run folder, or a checkpoint inside its ``checkpoints/``) -> (run folder, checkpoint).
-    The checkpoint must be readable; nothing is loaded but its metadata."""
+def resume_folder(resume_from: str) -> tuple[Path, Path]:
+    """``resume_from`` (a run folder, or a checkpoint inside its ``checkpoints/``) -> (run folder, checkpoint), both
+    found; nothing is read (:func:`resume_point` checks the checkpoint)."""
     path = Path(resume_from)
     if path.is_dir() and not path.name.endswith(".ckpt"):
         folder, checkpoint = path, path / CHECKPOINT_DIR / "last.ckpt"
@@ -69,8 +69,15 @@ def resume_point(resume_from: str) -> tuple[Path, Path]:
     if not checkpoint.exists():
         raise UserError(f"resume_from={resume_from}: {checkpoint} not found: the run stopped before its first "
                         f"checkpoint; delete {folder} and train again")
-    read_meta(checkpoint)  # a truncated or foreign file fails here, naming itself
     return folder, checkpoint
+
+
+def resume_point(resume_from: str) -> tuple[Path, Path, dict[str, Any]]:
+    """:func:`resume_folder`, with the checkpoint checked to be the run's own and intact
+    (:meth:`RunFolder.check_checkpoint`: a truncated, tampered or foreign file fails here, naming itself) ->
+    (run folder, checkpoint, its meta)."""
+    folder, checkpoint = resume_folder(resume_from)
+    return folder, checkpoint, RunFolder(folder).check_checkpoint(checkpoint)
 
 
 #: what a resumed run may change: how long it trains, where it runs, what it logs and reports (everything else,
@@ -111,8 +118,8 @@ def _split_metrics(logged: dict[str, Any], prefix: str) -> dict[str, float]:
     return {k.split("/", 1)[1]: float(v) for k, v in logged.items() if k.startswith(prefix + "/")}
 
 
-def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
-    """Everything checkable before the data loads -> the checkpoint to resume from (or None)."""
+def _check(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """Everything checkable before the data loads -> the checkpoint to resume from and its meta (or None)."""
     check_train_config(cfg)
     check_table_config(cfg)
     SplitConfig.from_config(cfg.data.get("split"))
@@ -128,11 +135,11 @@ def _check(cfg: DictConfig, run_dir: Path) -> Path | None:
         if rank_zero_only.rank == 0:  # other processes start once rank 0 has written the folder
             RunFolder(run_dir).require_new()
         return None
-    folder, checkpoint = resume_point(cfg.resume_from)
+    folder, checkpoint, meta = resume_point(cfg.resume_from)
     if folder.resolve() != run_dir.resolve():
         raise UserError(f"resume_from={cfg.resume_from}: a run continues in its own folder {folder}, not in "
                         f"{run_dir}; to keep the original, copy the folder first and resume the copy")
-    return checkpoint
+    return checkpoint, meta
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
@@ -149,10 +156,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     origin = provenance()  # taken before training: the commit that was checked out when the code was loaded
-    resume = _check(cfg, run_dir)
-    resume_meta = read_meta(resume) if resume else None
+    resume, resume_meta = _check(cfg, run_dir) or (None, None)
     if rank_zero_only.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            RunFolder(run_dir).start_run()  # the identity every checkpoint of the run carries
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         if resume:
             with open(run_dir / RESUMES_FILE, "a") as f:
@@ -249,7 +257,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 def _run_from_hydra(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.resume_from:
-        folder, _ = resume_point(cfg.resume_from)
+        folder, _ = resume_folder(cfg.resume_from)
         # hparams_search= composes the Hydra settings of a sweep trial the sweeper resumes, not the run's config
         overrides = [o for o in HydraConfig.get().overrides.task
                      if not o.startswith(("resume_from=", "hparams_search="))]
@@ -265,7 +273,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """The CLI. ``resume_from=<run>`` without ``hydra.run.dir`` continues in the run's own folder."""
     check_command_line(PROG, "train")
-    continue_in_run_folder(PROG, lambda resume: resume_point(resume)[0])
+    continue_in_run_folder(PROG, lambda resume: resume_folder(resume)[0])
     _hydra_main()
 
 

@@ -3,9 +3,18 @@ import json
 import re
 
 import pytest
+import torch
 
+from genrec.dist.checkpoint import seal
 from genrec.errors import DataError, UserError
 from genrec.runs import RunFolder, file_digest, load_config
+
+
+def _write_checkpoint(path, run_id, weight: float) -> None:
+    """A sealed checkpoint of the run ``run_id`` (what genrec-train writes, minus the training state)."""
+    checkpoint = {"state_dict": {"w": torch.tensor([weight])}, "genrec": {"run_id": run_id}}
+    seal(checkpoint)
+    torch.save(checkpoint, path)
 
 
 def test_a_config_with_an_untrusted_target_or_a_python_tag_is_refused_in_one_line(tmp_path):
@@ -24,14 +33,15 @@ def test_best_is_the_checkpoint_metrics_json_names(tmp_path):
     run = RunFolder(tmp_path)
     (tmp_path / "config.yaml").write_text("seed: 0\n")
     (tmp_path / "checkpoints").mkdir()
+    run_id = run.start_run()
     best = tmp_path / "checkpoints" / "best.ckpt"
-    best.write_bytes(b"weights")
+    _write_checkpoint(best, run_id, 1.0)
     with pytest.raises(UserError, match="metrics.json: not found: the run has not finished"):
         run.checkpoint("best")
     (tmp_path / "metrics.json").write_text(json.dumps({"checkpoints": {"best": {"file": "checkpoints/best.ckpt",
                                                                                "sha256": file_digest(best)}}}))
     assert run.checkpoint("best") == best
-    best.write_bytes(b"other weights")
+    _write_checkpoint(best, run_id, 2.0)
     with pytest.raises(UserError, match="best.ckpt is not the checkpoint .*metrics.json was computed from"):
         run.checkpoint("best")
     with pytest.raises(UserError, match="last.ckpt: not found"):

@@ -9,9 +9,16 @@ holds the rest of Lightning's checkpoint (epoch, loops, callbacks, the dense opt
 load, so a checkpoint written by N processes loads into M processes, or into one unsharded model. A folder is
 written beside its final name and swapped in (:func:`save_distributed`), so a process killed while saving leaves
 the previous checkpoint loadable.
+
+Binding to the run (docs/TRUST.md): every checkpoint genrec-train writes holds its run's ID (``genrec.run_id``,
+written by :class:`~genrec.training.resume.ResumeState`; the run folder's ``run.json`` names it) and a digest of
+its content: a file, the sha256 of everything else it holds (:func:`seal`, :data:`SEAL_KEY`); a distributed
+folder, a ``manifest.json`` with the sha256 of every file (the shards, ``.metadata``, ``meta.pt``), written last
+before the folder is swapped in. :func:`check_checkpoint` is the check every reader runs.
 """
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
@@ -26,8 +33,15 @@ from torch import nn
 from torchrec.distributed import DistributedModelParallel
 
 from genrec.errors import DataError
+from genrec.utils.integrity import check_manifest, expected_run, state_sha256, write_manifest
+
+log = logging.getLogger("genrec")
 
 META_FILE = "meta.pt"
+#: the checkpoint entry holding the digest of every other entry (:func:`seal`)
+SEAL_KEY = "genrec_seal"
+#: the checkpoint entry :class:`~genrec.training.resume.ResumeState` writes, holding the run ID
+RUN_STATE_KEY = "genrec"
 #: beside ``<name>.ckpt/``: the folder being written, and the previous one while it is swapped out
 WRITING_SUFFIX, PREVIOUS_SUFFIX = ".writing", ".previous"
 
@@ -48,6 +62,51 @@ def _load(path: Path, **kwargs: Any) -> Any:
                               f"plain values): {reason}") from None
 
 
+def run_id_of(checkpoint: dict[str, Any]) -> str | None:
+    """The ID of the run that wrote ``checkpoint`` (``None``: a run folder without a recorded identity)."""
+    return (checkpoint.get(RUN_STATE_KEY) or {}).get("run_id")
+
+
+def seal(checkpoint: dict[str, Any]) -> None:
+    """Add :data:`SEAL_KEY` to ``checkpoint``: the sha256 (:func:`~genrec.utils.integrity.state_sha256`) of every
+    other entry."""
+    checkpoint[SEAL_KEY] = {"sha256": state_sha256({k: v for k, v in checkpoint.items() if k != SEAL_KEY})}
+
+
+def check_checkpoint(path: str | Path, run_id: str | None) -> dict[str, Any]:
+    """The check every reader of a run's checkpoint runs before using it: the checkpoint (file or distributed
+    folder) was written by the run ``run_id`` (the run folder's ``run.json``; ``None`` for a folder without one)
+    and nothing in it changed since. Returns its meta (everything but the weights); a foreign, tampered,
+    truncated or unreadable checkpoint is a :class:`DataError` naming the file and what was expected.
+
+    A checkpoint without a digest is accepted only from a folder without ``run.json`` (both written by a genrec
+    older than run identities), with a warning: nothing binds it to the run."""
+    path = Path(path)
+    if is_distributed_checkpoint(path):
+        if not check_manifest(path, run_id):
+            log.warning("%s holds no manifest (written by an older genrec): its run and content are not checked",
+                        path)
+        return _load(path / META_FILE)
+    if path.is_dir():
+        raise DataError(path, "a folder that is not a distributed checkpoint (no .metadata)")
+    checkpoint = _load(path, mmap=True)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise DataError(path, "not a Lightning checkpoint (no state_dict)")
+    sealed = checkpoint.pop(SEAL_KEY, None)
+    if sealed is None:
+        if run_id is not None:
+            raise DataError(path, f"carries no digest: not a checkpoint written by {expected_run(run_id)}")
+        log.warning("%s carries no digest (written by an older genrec): its run and content are not checked", path)
+    else:
+        if not isinstance(sealed, dict) or sealed.get("sha256") != state_sha256(checkpoint):
+            raise DataError(path, "its content differs from the digest it was written with (modified or corrupted "
+                                  "since)")
+        if run_id_of(checkpoint) != run_id:
+            raise DataError(path, f"written by run {run_id_of(checkpoint)}, not by {expected_run(run_id)}: a "
+                                  "checkpoint of another run")
+    return {k: v for k, v in checkpoint.items() if k != "state_dict"}
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     """Everything but the weights of a checkpoint file or folder (epoch, global_step, loops, callbacks): cheap, the
     tensors are memory-mapped, not read. Raises :class:`DataError` for a missing or unreadable checkpoint."""
@@ -63,8 +122,8 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 
 def save_distributed(path: str | Path, state: dict[str, Any], meta: dict[str, Any], is_rank_zero: bool) -> None:
-    """Collective: every process passes its (sharded) ``state``; rank 0 also writes ``meta``. Written to
-    ``<path>.writing`` and swapped in once complete."""
+    """Collective: every process passes its (sharded) ``state``; rank 0 also writes ``meta`` and, last, the
+    folder's manifest (bound to ``meta``'s run ID). Written to ``<path>.writing`` and swapped in once complete."""
     path = Path(path)
     writing, previous = path.with_name(path.name + WRITING_SUFFIX), path.with_name(path.name + PREVIOUS_SUFFIX)
     if is_rank_zero:
@@ -75,6 +134,7 @@ def save_distributed(path: str | Path, state: dict[str, Any], meta: dict[str, An
         torch.save(meta, writing / META_FILE)
         with open(writing / META_FILE, "rb") as f:
             os.fsync(f.fileno())
+        write_manifest(writing, run_id_of(meta))  # last: a folder with its manifest is complete
     _barrier()
     if is_rank_zero:
         shutil.rmtree(previous, ignore_errors=True)

@@ -9,12 +9,19 @@ atomically.
 * ``tables/`` — the dynamic item table (:func:`genrec.embedding.dynamic.checkpoint.save_checkpoint`: tier 0 and a
   snapshot of its store);
 * ``users/``, ``events/`` — snapshots of the user-history and seen-event stores;
-* ``meta.json`` — offset, records, time (for people; the trainer reads ``trainer.pt``).
+* ``meta.json`` — offset, records, time (for people; the trainer reads ``trainer.pt``);
+* ``manifest.json`` — the run ID (``run.json`` of the run folder) and the sha256 of every file (``tables/`` by its
+  own manifest), written last (:mod:`genrec.utils.integrity`).
 
 Everything is written under ``.step-<n>.tmp/``, every file and folder fsynced, then the folder is renamed into
 place and the parent fsynced: a ``step-*`` folder is complete, and the newest one is the state to resume from.
 Only then is the offset committed to the source. Older checkpoints beyond ``keep`` are deleted after a new one is
-in place.
+in place. A write that finds the disk full is one line naming the checkpoint (its temporary folder is removed; the
+kept checkpoints are untouched).
+
+On resume, :meth:`Checkpoints.newest_intact` checks the newest checkpoint against its manifest and falls back to
+the next older one kept when it is tampered with, truncated, incomplete or of another run; the refused ones are
+set aside as ``refused-step-<n>/`` (kept for inspection, never read again).
 """
 from __future__ import annotations
 
@@ -25,8 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from genrec.embedding.dynamic.checkpoint import fsync_dir, fsync_tree
+from genrec.errors import DataError, DiskFullError, writing
+from genrec.utils.integrity import check_manifest, write_manifest
 
 PREFIX = "step-"
+REFUSED_PREFIX = "refused-"
 
 
 def write_json_durably(path: Path, payload: dict) -> None:
@@ -55,15 +65,23 @@ class Checkpoints:
         done = self.complete()
         return done[-1] if done else None
 
-    def write(self, records: int, fill: Callable[[Path], None], before_rename: Callable[[], None]) -> Path:
-        """Write the checkpoint at ``records``: ``fill(folder)`` writes its files into a temporary folder, which is
-        made durable, then ``before_rename()`` runs (a test hook), then it is renamed into place. Returns it."""
+    def write(self, records: int, fill: Callable[[Path], None], before_rename: Callable[[], None],
+              run_id: str | None) -> Path:
+        """Write the checkpoint at ``records`` of the run ``run_id``: ``fill(folder)`` writes its files into a
+        temporary folder, the manifest is added, all is made durable, then ``before_rename()`` runs (a test hook),
+        then it is renamed into place. Returns it."""
         final = self.path(records)
         tmp = self.folder / f".{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        fill(tmp)
-        fsync_tree(tmp)
+        try:
+            with writing(final):
+                tmp.mkdir(parents=True)
+                fill(tmp)
+                write_manifest(tmp, run_id)
+                fsync_tree(tmp)
+        except DiskFullError:
+            shutil.rmtree(tmp, ignore_errors=True)  # give the space back; the kept checkpoints are untouched
+            raise
         before_rename()
         if final.exists():  # the same state written again (a restart that stopped where it resumed)
             shutil.rmtree(tmp)
@@ -71,6 +89,28 @@ class Checkpoints:
         os.rename(tmp, final)
         fsync_dir(self.folder)
         return final
+
+    def newest_intact(self, run_id: str | None) -> tuple[Path | None, list[tuple[Path, DataError]]]:
+        """The newest complete checkpoint that passes its manifest check (of the run ``run_id``), and the newer
+        ones refused, newest first, with why (:func:`~genrec.utils.integrity.check_manifest`)."""
+        refused = []
+        for path in reversed(self.complete()):
+            try:
+                check_manifest(path, run_id)
+            except DataError as err:
+                refused.append((path, err))
+                continue
+            return path, refused
+        return None, refused
+
+    def set_aside(self, path: Path) -> Path:
+        """Rename a refused checkpoint to ``refused-<name>`` (never read, pruned or overwritten). Returns it."""
+        aside, n = self.folder / f"{REFUSED_PREFIX}{path.name}", 1
+        while aside.exists():
+            aside, n = self.folder / f"{REFUSED_PREFIX}{path.name}.{n}", n + 1
+        os.rename(path, aside)
+        fsync_dir(self.folder)
+        return aside
 
     def prune(self) -> None:
         """Delete all but the newest ``keep`` checkpoints, and unfinished ones."""

@@ -1,7 +1,8 @@
 """Files the trainer appends to (its CSV logs, the dead letters, the ledger of trained events), kept consistent with
 its checkpoints: a checkpoint records each file's size, and a restarted trainer truncates the file to that size
 before appending again, so a line is in the file exactly once whatever the crash (the lines written after the
-checkpoint are written again by the restarted run)."""
+checkpoint are written again by the restarted run). A full disk is one line naming the file (the restarted run
+truncates the partial line away like any other line after its checkpoint)."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from genrec.errors import is_full, writing
 from genrec.stream.events import REASONS, Rejected
 
 log = logging.getLogger("genrec.stream")
@@ -26,8 +28,9 @@ class AppendLog:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write(self, text: str) -> None:
-        self._file.write(text)
-        self._file.flush()
+        with writing(self.path):
+            self._file.write(text)
+            self._file.flush()
 
     def size(self) -> int:
         """Bytes written (what a checkpoint records)."""
@@ -46,7 +49,11 @@ class AppendLog:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as err:  # the buffered rest did not fit; the file is closed, a restart rewrites the lines
+            if not is_full(err):
+                raise
 
 
 class CsvLog(AppendLog):

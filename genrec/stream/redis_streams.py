@@ -43,6 +43,9 @@ class RedisStreamSource(Source):
         block_ms: how long :meth:`read` waits for new entries when none is available.
     """
 
+    #: an acknowledged entry is not delivered to the group again
+    rewinds = False
+
     def __init__(self, url: str = "redis://localhost:6379/0", stream: str = "genrec-events", group: str = "genrec",
                  consumer: str = "genrec-stream", start: str = "0", block_ms: int = 1000):
         try:

@@ -23,6 +23,9 @@ class Source:
 
     #: what the source is, for logs and export manifests (set by subclasses)
     description: dict[str, Any]
+    #: whether :meth:`restore` can go back to an offset older than the last one committed (a resume from an older
+    #: checkpoint, when the newest is refused, needs it)
+    rewinds: bool = True
 
     def bind(self, schema: EventSchema, run_dir: str) -> None:
         """Called once before reading: the trainer's schema and run folder (a source may use either)."""

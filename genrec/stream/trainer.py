@@ -21,7 +21,10 @@ the size of every file the trainer appends to — goes into one checkpoint folde
 restarted trainer loads the newest checkpoint, truncates its files to the recorded sizes and asks the source for
 the records after the checkpoint's offset, so whatever the moment of the crash no event is lost or trained twice,
 and with the same batches (a source whose records are all there) the result is bit-identical to a run that was
-never interrupted.
+never interrupted. Every checkpoint is bound to the run (``run.json``) and checked against its manifest before it
+is loaded: a tampered, truncated, incomplete or foreign newest checkpoint is set aside, with a warning, and the run
+resumes from the newest intact one it keeps (re-reading the records after that one's offset: a source that cannot
+re-deliver what it has acknowledged, Redis, refuses instead); none intact is one line.
 
 Memory is bounded: one micro-batch in flight (the source is pulled, never pushed: when training is slower than the
 stream the backlog waits in the source, and ``lag_events`` in the log shows it), a fixed tier 0 for the item table,
@@ -50,6 +53,8 @@ from omegaconf import DictConfig
 
 from genrec.data.batch import JaggedBatch
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
+from genrec.errors import DataError, UserError
+from genrec.runs import RunFolder
 from genrec.stream.baselines import ONLINE_BASELINES, ItemIndex, OnlinePopularity, OnlineTransitions
 from genrec.stream.checkpoint import Checkpoints, write_json_durably
 from genrec.stream.events import REASONS, Events, EventSchema, Records, Rejected, parse
@@ -179,6 +184,7 @@ class StreamTrainer:
         self.event_time = 0
         self.export_state = {"version": 0, "events": 0, "time": None, "table_version": None, "pending": None}
         self.last_checkpoint: int | None = None
+        self.run_id: str | None = None  # the run folder's run.json, read or written by restore()
         self._interval = {"loss": 0.0, "steps": 0, "lag_sum": 0.0, "lag_max": 0.0, "lag_n": 0, "started": 0.0,
                           "records": 0}
         self._recent: JaggedBatchSample | None = None
@@ -412,7 +418,7 @@ class StreamTrainer:
     def checkpoint(self) -> Path:
         """Write the checkpoint of the current state, then commit its offset to the source (see the module doc)."""
         records = self.counts["records"]
-        path = self.checkpoints.write(records, self._fill, lambda: pause_point("checkpoint_rename"))
+        path = self.checkpoints.write(records, self._fill, lambda: pause_point("checkpoint_rename"), self.run_id)
         pause_point("checkpoint_durable")
         self.source.commit(self.offset)
         pause_point("committed")
@@ -422,7 +428,7 @@ class StreamTrainer:
         return path
 
     def _fill(self, folder: Path) -> None:
-        save_checkpoint({TABLE: self.learner.table}, folder / "tables")
+        save_checkpoint({TABLE: self.learner.table}, folder / "tables", run_id=self.run_id)
         pause_point("checkpoint_tables")
         self.histories.checkpoint(folder / "users")
         self.seen.checkpoint(folder / "events")
@@ -453,18 +459,22 @@ class StreamTrainer:
                 "prequential": self.prequential.state() if self.prequential is not None else None}
 
     def restore(self) -> Path | None:
-        """Load the newest checkpoint (nothing: start from scratch, every file emptied). Returns it."""
-        path = self.checkpoints.latest()
-        if path is None:
+        """Load the newest intact checkpoint (:meth:`_intact_checkpoint`; none: start from scratch, every file
+        emptied, the run's identity written). Returns it."""
+        run = RunFolder(self.run_dir)
+        if self.checkpoints.latest() is None:
+            self.run_id = run.start_run()
             for f in self._files().values():
                 f.truncate(0)
             shutil.rmtree(self.run_dir / "tensorboard", ignore_errors=True)
             return None
+        self.run_id = run.run_id()
+        path = self._intact_checkpoint()
         state = torch.load(path / "trainer.pt", weights_only=True)
         self.learner.model.load_state_dict(state["model"])
         self.learner.optimizer.load_state_dict(state["optimizer"])
         self.learner.embedding.reset()  # a snapshot loads into a fresh table
-        load_checkpoint({TABLE: self.learner.table}, path / "tables")
+        load_checkpoint({TABLE: self.learner.table}, path / "tables", self.run_id, checked=True)  # with the rest
         self.histories.restore(path / "users")
         self.seen.restore(path / "events")
         for name, f in self._files().items():
@@ -481,6 +491,24 @@ class StreamTrainer:
         torch.set_rng_state(state["rng"])
         self.last_checkpoint = self.counts["records"]
         log.info("resumed from %s: %d records consumed, offset %s", path.name, self.counts["records"], self.offset)
+        return path
+
+    def _intact_checkpoint(self) -> Path:
+        """The newest checkpoint that passes its check (:meth:`Checkpoints.newest_intact`); newer ones refused are
+        set aside, saying so. A :class:`DataError` when none is intact; a :class:`UserError` when falling back would
+        skip records the source cannot deliver again."""
+        path, refused = self.checkpoints.newest_intact(self.run_id)
+        if path is None:
+            raise DataError(self.checkpoints.folder, "no intact checkpoint to resume from: "
+                                                     + "; ".join(str(err) for _, err in refused))
+        if refused and not self.source.rewinds:
+            raise UserError(f"{refused[0][1]}; the older checkpoint {path.name} is intact, but "
+                            f"{type(self.source).__name__} cannot deliver again the records it has acknowledged "
+                            f"after it: restore {refused[0][0]} from a backup, or start a new run")
+        for refused_path, err in refused:
+            aside = self.checkpoints.set_aside(refused_path)
+            log.warning("checkpoint %s refused (%s): set aside as %s; resuming from the older %s",
+                        refused_path.name, err, aside.name, path.name)
         return path
 
     # ------------------------------------------------------------------ exports and the end

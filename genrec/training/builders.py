@@ -164,11 +164,10 @@ def load_teacher(distill: DistillConfig, item_raw_ids: np.ndarray, max_len: int,
 
 def init_checkpoint(init_from: str) -> Path:
     """``init_from``: a run folder (its best checkpoint, checked against its metrics.json) or a checkpoint file or
-    folder inside a run's ``checkpoints/``; checked readable, nothing loaded."""
+    folder inside a run's ``checkpoints/``; checked to be that run's own and intact, nothing loaded."""
     path = Path(init_from)
     if path.parent.name == CHECKPOINT_DIR and path.name.endswith(".ckpt"):
-        RunFolder.existing(path.parent.parent, "init_from")
-        read_meta(path)
+        RunFolder.existing(path.parent.parent, "init_from").check_checkpoint(path)
         return path
     return RunFolder.existing(path, "init_from").checkpoint("best")
 

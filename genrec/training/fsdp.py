@@ -20,13 +20,16 @@ reaches on the concatenated batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from genrec.dist.checkpoint import run_id_of
 from genrec.errors import ConfigError, settings_from
+from genrec.utils.integrity import write_manifest
 
 #: the generator methods the tasks call (each gathers the root unit's parameters like a forward)
 FORWARD_METHODS = ("loss", "target_log_probs", "item_log_probs", "prefix_item_log_probs", "generate",
@@ -66,6 +69,13 @@ class FSDPStrategy(ModelParallelStrategy):
                          save_distributed_checkpoint=config.save_distributed_checkpoint,
                          process_group_backend=backend)
         self.fsdp = config
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Lightning's save; a distributed checkpoint folder then gets its manifest (bound to the run ID in
+        ``checkpoint``, see :mod:`genrec.dist.checkpoint`); a file is sealed by the trainer's checkpoint writer."""
+        super().save_checkpoint(checkpoint, filepath, storage_options)
+        if self._save_distributed_checkpoint and self.global_rank == 0:
+            write_manifest(Path(filepath), run_id_of(checkpoint))  # rank 0's path is the one written
 
 
 def transformer_layers(model: nn.Module) -> list[nn.Module]:

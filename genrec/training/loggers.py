@@ -4,7 +4,9 @@
 starts; a resumed run must append instead, after dropping the rows the killed process logged past its last
 checkpoint (the resumed run logs those steps again): :class:`~genrec.training.resume.ResumeState` calls
 :meth:`RunCSVLogger.truncate` with the checkpoint's global step. Rows are written as they are logged, and the file is
-rewritten only atomically (a new metric's column, a truncation), so a killed process loses none it had logged.
+rewritten only atomically (a new metric's column, a truncation), so a killed process loses none it had logged. A
+full disk (or file-size limit) is a one-line :class:`~genrec.errors.DiskFullError` naming the file, which is left
+without a partial row.
 
 **Trackers** (MLflow, Weights & Biases): when training starts, :class:`TrackerRuns` writes ``<run>/trackers.json``,
 for every logger that can continue its run, the keyword arguments that make a new logger continue it (MLflow: the
@@ -26,6 +28,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, WandbLogg
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from genrec.errors import DiskFullError, writing
+
 #: in the run folder: how each tracker's run continues, by the logger's name in the ``logger`` config group
 TRACKERS_FILE = "trackers.json"
 
@@ -41,6 +45,16 @@ class _AppendingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:
         """Keep what is there (Lightning's writer deletes ``metrics.csv`` here)."""
+
+    def save(self) -> None:
+        """Lightning's save (append the rows logged since the last one); on a full disk, the file keeps only whole
+        rows and the error is one line."""
+        try:
+            with writing(self.metrics_file_path):
+                super().save()
+        except DiskFullError:
+            _drop_partial_line(Path(self.metrics_file_path))
+            raise
 
     def truncate(self, before_step: int) -> None:
         """Keep the rows logged at steps before ``before_step`` (the file is rewritten atomically)."""
@@ -64,11 +78,25 @@ class _AppendingWriter(ExperimentWriter):
     def _replace_file(self, fieldnames: list[str], rows: list[dict]) -> None:
         """Write ``rows`` under the header ``fieldnames`` to a new file, then move it over ``metrics.csv``."""
         partial = Path(self.metrics_file_path + ".partial")
-        with open(partial, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fieldnames)
-            writer.writeheader()
-            writer.writerows(rows)
+        try:
+            with writing(self.metrics_file_path), open(partial, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=fieldnames)
+                writer.writeheader()
+                writer.writerows(rows)
+        except DiskFullError:
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, self.metrics_file_path)
+
+
+def _drop_partial_line(path: Path) -> None:
+    """Cut ``path`` after its last complete line (a write interrupted mid-row leaves part of one)."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    if data and not data.endswith(b"\n"):
+        os.truncate(path, data.rfind(b"\n") + 1)
 
 
 class RunCSVLogger(CSVLogger):

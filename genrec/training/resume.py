@@ -9,6 +9,11 @@ and resumed from its last checkpoint ends bit-identical to the uninterrupted run
   its best score when the run folder was moved or copied.
 * :class:`LastCheckpoint` writes ``last.ckpt`` after every epoch and, if asked, every N training steps (for
   resuming mid-epoch).
+* :class:`SealedCheckpointIO` writes every checkpoint file with the digest of its content
+  (:func:`genrec.dist.checkpoint.seal`), and a full disk as one line naming the file.
+
+Every checkpoint holds the run's ID (``run.json`` of the run folder, :meth:`genrec.runs.RunFolder.start_run`): a
+reader refuses a checkpoint of another run (:func:`genrec.dist.checkpoint.check_checkpoint`).
 
 The training order comes from :class:`~genrec.data.samplers.TrainBatchSampler` (a function of the seed and the
 epoch), so the sampler's position is all the data loader needs.
@@ -17,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,15 +30,18 @@ import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from genrec.data.samplers import TrainBatchSampler
+from genrec.dist.checkpoint import RUN_STATE_KEY, seal
+from genrec.errors import writing
 from genrec.training.loggers import RunCSVLogger
 
 log = logging.getLogger("genrec.train")
 
-STATE_KEY = "genrec"
+STATE_KEY = RUN_STATE_KEY
 
 
 def random_state() -> dict[str, Any]:
@@ -79,13 +86,17 @@ def _train_sampler(trainer: L.Trainer) -> TrainBatchSampler:
 class ResumeState(Callback):
     """Saves and restores what exact resume needs beyond Lightning's own checkpoint (see the module doc).
 
-    Attributes:
-        run_id: a random ID of this training run, stored in every checkpoint it writes.
+    Args:
+        run_id: the run's ID (its folder's ``run.json``; ``None`` for a folder written before genrec recorded one),
+            stored in every checkpoint the run writes; rank 0's is used on every process.
     """
 
-    def __init__(self) -> None:
-        self.run_id = uuid.uuid4().hex
+    def __init__(self, run_id: str | None) -> None:
+        self.run_id = run_id
         self._pending: dict[str, Any] | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.run_id = trainer.strategy.broadcast(self.run_id)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
                            ) -> None:
@@ -106,7 +117,7 @@ class ResumeState(Callback):
             log.warning("the checkpoint holds no genrec resume state (written by an older genrec): random states "
                         "and the position in the epoch are not restored, the resumed run will differ")
             return
-        self.run_id, self._pending = state["run_id"], state
+        self._pending = state  # the checkpoint's run is this one (checked before training: genrec.train._check)
         for logger in trainer.loggers:
             if isinstance(logger, RunCSVLogger) and trainer.is_global_zero:
                 logger.truncate(checkpoint["global_step"])  # the steps from there on are trained (and logged) again
@@ -123,6 +134,19 @@ class ResumeState(Callback):
                         len(states))
             return
         set_random_state(states[trainer.global_rank])
+
+
+class SealedCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer (``torch.save`` to a temporary file moved into place) that first seals the
+    checkpoint (:func:`genrec.dist.checkpoint.seal`: the sha256 of its whole content, run ID included, inside the
+    file: a kill between two writes cannot leave a digest that disagrees with its file). A write that finds the
+    disk or the file-size limit full is a one-line :class:`~genrec.errors.DiskFullError` naming the file; the
+    previous checkpoint stays in place."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        seal(checkpoint)
+        with writing(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
 
 
 class RunCheckpoint(ModelCheckpoint):

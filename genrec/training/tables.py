@@ -11,7 +11,9 @@ snapshot, and snapshots no checkpoint names are deleted after every epoch.
 
 A resumed run (``fit``) and the evaluation of a checkpoint (``validate``/``test``: the best checkpoint's tables,
 not the last step's) load the snapshot the checkpoint names; :func:`load_tables` does the same for genrec-eval and
-genrec-export (one process: a sharded snapshot is re-partitioned on load).
+genrec-export (one process: a sharded snapshot is re-partitioned on load). A snapshot carries the run ID of the
+checkpoint that names it and its files' digests (:mod:`genrec.embedding.dynamic.checkpoint`), checked before it is
+loaded: a damaged or foreign snapshot is one line naming its file in the run folder.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from genrec.dist.checkpoint import read_meta
+from genrec.dist.checkpoint import read_meta, run_id_of
 from genrec.embedding.dynamic import DynamicItemEmbedding
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
 from genrec.embedding.dynamic.config import DynamicTableConfig
@@ -96,14 +98,17 @@ def load_tables(module: nn.Module, checkpoint: str | Path) -> None:
     tables = dynamic_tables(module)
     meta = read_meta(checkpoint) if tables else {}
     if tables and STATE_KEY in meta:
-        _load(tables, Path(checkpoint).parent / meta[STATE_KEY], checkpoint)
+        _load(tables, Path(checkpoint).parent / meta[STATE_KEY], checkpoint, run_id_of(meta))
 
 
-def _load(tables: dict[str, DynamicItemEmbedding], folder: Path, checkpoint: str | Path) -> None:
+def _load(tables: dict[str, DynamicItemEmbedding], folder: Path, checkpoint: str | Path, run_id: str | None) -> None:
+    """Load the snapshot ``folder`` (of the run ``run_id``, which wrote ``checkpoint``) into ``tables``."""
     for module in tables.values():
         module.reset()  # a snapshot loads into fresh tables
     try:
-        load_checkpoint({name: m.local_table for name, m in tables.items()}, folder)
+        load_checkpoint({name: m.local_table for name, m in tables.items()}, folder, run_id)
+    except DataError:
+        raise  # names the snapshot's file already
     except (FileNotFoundError, ValueError) as err:
         raise DataError(folder, f"the dynamic tables of {checkpoint} cannot be loaded: {err}") from None
 
@@ -133,8 +138,9 @@ class DynamicTablesCheckpoint(Callback):
             return
         folder = self.dir / SNAPSHOTS_DIR / f"step-{trainer.global_step}-{self._token}"
         if folder != self._written:  # the same decision on every process (the save is collective)
+            # bound to the run ID genrec.training.resume.ResumeState (an earlier callback) put in the checkpoint
             save_checkpoint({name: m.local_table for name, m in tables.items()}, folder, _barrier,
-                            trainer.is_global_zero)
+                            trainer.is_global_zero, run_id_of(checkpoint))
             self._written = folder
         checkpoint[STATE_KEY] = str(folder.relative_to(self.dir))
 
@@ -142,7 +148,8 @@ class DynamicTablesCheckpoint(Callback):
                            ) -> None:
         """Resume (``fit``), or evaluate a checkpoint (``validate``/``test``): its tables with its weights."""
         if STATE_KEY in checkpoint:
-            _load(dynamic_tables(pl_module), self.dir / checkpoint[STATE_KEY], self.dir / checkpoint[STATE_KEY])
+            _load(dynamic_tables(pl_module), self.dir / checkpoint[STATE_KEY], self.dir / checkpoint[STATE_KEY],
+                  run_id_of(checkpoint))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._delete_unnamed(trainer)  # before this epoch's checkpoints: those of the previous steps are written

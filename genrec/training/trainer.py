@@ -21,10 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from genrec.dist import ShardingConfig, TorchRecStrategy
 from genrec.errors import ConfigError
-from genrec.runs import CHECKPOINT_DIR
+from genrec.runs import CHECKPOINT_DIR, RunFolder
 from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.loggers import TrackerRuns, read_continuations
-from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
+from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint, SealedCheckpointIO
 from genrec.training.tables import DynamicTablesCheckpoint
 from genrec.training.task import SCHEDULES
 from genrec.training.telemetry import Telemetry
@@ -211,11 +211,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     loggers = build_loggers(cfg, run_dir, resume_step)
     callbacks.append(TrackerRuns(run_dir, loggers, OmegaConf.to_container(cfg, resolve=True),
                                  resumed=resume_step is not None))
-    callbacks += [ResumeState(), DynamicTablesCheckpoint(checkpoints), best,
+    # ResumeState before DynamicTablesCheckpoint: the tables' snapshot is bound to the run ID it puts in the checkpoint
+    callbacks += [ResumeState(RunFolder(run_dir).run_id()), DynamicTablesCheckpoint(checkpoints), best,
                   LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
-                            logger=[logger for logger, _ in loggers.values()])
+                            logger=[logger for logger, _ in loggers.values()], plugins=[SealedCheckpointIO()])
     except (MisconfigurationException, ValueError, TypeError) as err:
         raise ConfigError("trainer", " ".join(str(err).split())) from None
     return trainer, best

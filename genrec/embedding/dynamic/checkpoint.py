@@ -5,6 +5,11 @@ tier-0 rows as records with their raw IDs and slots, the free-slot stack, the ad
 deletion log), ``meta.json`` (step, clock, counters, world size, capacity, row layout) and ``store/``: a consistent
 snapshot of the shard's tier 2 taken by the store's own mechanism (RocksDB Checkpoint / LMDB copy).
 
+Integrity: ``manifest.json`` (:mod:`genrec.utils.integrity`), written last under ``<path>.tmp/``, holds the run ID
+the caller passes and every file's sha256; loading checks it first, so a deleted, truncated or corrupted file (a
+store's ``.sst`` or ``MANIFEST``, ``state.npz``) or a snapshot of another run is a one-line
+:class:`~genrec.errors.DataError` naming the snapshot's own file, before anything is loaded.
+
 Atomicity: everything is written under ``<path>.tmp/`` (files fsynced); then ``<path>`` (if any) is renamed to
 ``<path>.old``, ``<path>.tmp`` to ``<path>``, and ``<path>.old`` removed. A process killed at any point leaves
 either the previous checkpoint at ``<path>``, or (between the two renames) at ``<path>.old``, which
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,8 @@ from genrec.embedding.dynamic.eviction import LFU, LRU
 from genrec.embedding.dynamic.hashing import owner
 from genrec.embedding.dynamic.store import open_store, restore_snapshot
 from genrec.embedding.dynamic.table import DynamicTable
+from genrec.errors import DataError, writing
+from genrec.utils.integrity import check_manifest, write_manifest
 
 FORMAT = 1
 STATE_FILE, META_FILE, STORE_DIR = "state.npz", "meta.json", "store"
@@ -46,18 +54,22 @@ def resolve(path: str | Path) -> Path:
 
 
 def save_checkpoint(tables: dict[str, DynamicTable], path: str | Path, barrier: Callable[[], None] = lambda: None,
-                    is_rank_zero: bool = True) -> None:
-    """Write every table's shard of this process into the checkpoint ``path``, atomically. Collective when
-    several processes hold shards: each passes its tables and a ``barrier`` (e.g. ``torch.distributed.barrier``)."""
+                    is_rank_zero: bool = True, run_id: str | None = None) -> None:
+    """Write every table's shard of this process into the checkpoint ``path``, atomically, bound to the run
+    ``run_id``. Collective when several processes hold shards: each passes its tables and a ``barrier`` (e.g.
+    ``torch.distributed.barrier``). A full disk is a one-line :class:`~genrec.errors.DiskFullError`."""
     path = Path(path)
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     if is_rank_zero:
         shutil.rmtree(tmp, ignore_errors=True)
     barrier()
-    for name, table in tables.items():
-        save_shard(table, tmp / name / f"rank{table.rank}")
+    with writing(path):
+        for name, table in tables.items():
+            save_shard(table, tmp / name / f"rank{table.rank}")
     barrier()
     if is_rank_zero:
+        with writing(path):
+            write_manifest(tmp, run_id)  # last: every shard is written
         fsync_dir(tmp)
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -104,16 +116,46 @@ def save_shard(table: DynamicTable, folder: Path) -> None:
             fsync_tree(folder / STORE_DIR)
 
 
-def load_checkpoint(tables: dict[str, DynamicTable], path: str | Path) -> None:
-    """Load every table's shard from the checkpoint ``path`` (any world size). Tables must be freshly built."""
+def load_checkpoint(tables: dict[str, DynamicTable], path: str | Path, run_id: str | None = None,
+                    checked: bool = False) -> None:
+    """Load every table's shard from the checkpoint ``path`` (any world size), written by the run ``run_id``
+    (checked first, against its manifest, unless the caller ``checked`` it already). Tables must be freshly built.
+    A damaged checkpoint is a :class:`~genrec.errors.DataError` naming its file."""
     root = resolve(path)
+    if not checked:
+        check_manifest(root, run_id)
     for name, table in tables.items():
         shards = sorted((root / name).glob("rank*"), key=lambda p: int(p.name[4:]))
         if not shards:
             raise FileNotFoundError(f"{root / name}: no shard of table {name!r} in the checkpoint")
-        load_state(table, [dict(np.load(s / STATE_FILE)) for s in shards],
-                   [json.loads((s / META_FILE).read_text()) for s in shards],
+        load_state(table, [_read_state(s / STATE_FILE) for s in shards], [_read_meta(s / META_FILE) for s in shards],
                    [s / STORE_DIR if (s / STORE_DIR).exists() else None for s in shards])
+
+
+def _read_state(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path) as arrays:
+            return dict(arrays)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise DataError(path, f"not a readable table state (truncated or corrupt): {err}") from None
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(path, f"not a readable table meta: {err}") from None
+
+
+def _open_snapshot(table: DynamicTable, snapshot: Path, path: Path, read_only: bool = False):
+    """The store at ``path`` (a live copy of ``snapshot``, or ``snapshot`` itself read-only); a store that does not
+    open is a :class:`DataError` naming the snapshot, not the copy."""
+    settings = {"read_only": True} if read_only else {"cache_mib": table.config.store.cache_mib}
+    try:
+        return open_store(table.config.store.backend, path, table.dtype.itemsize, **settings)
+    except Exception as err:  # rocksdict and lmdb raise their own (RocksDB: a bare Exception)
+        reason = " ".join(str(err).replace(str(path), str(snapshot)).split())[:300]
+        raise DataError(snapshot, f"the store snapshot cannot be opened (missing or corrupt files): {reason}") from None
 
 
 def load_state(table: DynamicTable, states: list[dict], metas: list[dict], snapshots: list[Path | None]) -> None:
@@ -159,8 +201,7 @@ def _restore_exact(table: DynamicTable, state: dict, snapshot: Path | None) -> N
         table.write_back.flush()
         table.store.close()
         restore_snapshot(snapshot, table.store_path)
-        table.store = open_store(table.config.store.backend, table.store_path, table.dtype.itemsize,
-                                 cache_mib=table.config.store.cache_mib)
+        table.store = _open_snapshot(table, snapshot, table.store_path)
         table.write_back.store = table.store
 
 
@@ -187,7 +228,7 @@ def _restore_repartitioned(table: DynamicTable, states: list[dict], snapshots: l
     for snapshot in snapshots:
         if snapshot is None:
             continue
-        old = open_store(table.config.store.backend, snapshot, table.dtype.itemsize, read_only=True)
+        old = _open_snapshot(table, snapshot, snapshot, read_only=True)
         try:
             for chunk_ids, raw in old.scan():
                 mine = (owner(chunk_ids, table.world_size) == table.rank) & (table.index.find(chunk_ids) < 0)

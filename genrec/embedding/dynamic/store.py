@@ -141,6 +141,7 @@ class RocksStore(RowStore):
         options.set_block_based_table_factory(table)
         access = rocksdict.AccessType.read_only() if read_only else rocksdict.AccessType.read_write()
         self.db = rocksdict.Rdict(str(path), options, access_type=access)
+        self._closed = False
         writes = rocksdict.WriteOptions()
         writes.disable_wal = True
         self.db.set_write_options(writes)
@@ -186,7 +187,10 @@ class RocksStore(RowStore):
         self._rocksdict.Checkpoint(self.db).create_checkpoint(str(dest))
 
     def close(self) -> None:
-        self.db.close()
+        """Close the database (again: nothing; a table whose snapshot failed to load closes a closed store)."""
+        if not self._closed:
+            self.db.close()
+            self._closed = True
 
 
 class LmdbStore(RowStore):
