@@ -18,7 +18,6 @@ import logging
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from genrec.data.batch import JaggedBatch

@@ -10,6 +10,7 @@ kernel on CUDA fp16/bf16 when ``flash_attn`` is installed, SDPA otherwise; ``pad
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,9 @@ from genrec.errors import UserError
 from genrec.models.attention import check_name, resolve
 from genrec.models.encoder import SequenceEncoder
 from genrec.ops.jagged import jagged_to_padded, padded_to_jagged
+
+if TYPE_CHECKING:
+    from genrec.models.backbones import TokenBackbone
 
 
 class CausalSelfAttention(nn.Module):
@@ -85,7 +89,7 @@ class SASRec(SequenceEncoder):
         ``repeat_interleave``), so compiling the whole :meth:`forward` broke the graph 6 times a call."""
         self.forward_padded = torch.compile(self.forward_padded, *args, **kwargs)
 
-    def cached_backbone(self) -> "CachedSASRec":
+    def cached_backbone(self) -> "TokenBackbone":
         """SASRec is a GPT-style pre-norm transformer: decoding keeps a KV cache over its own weights."""
         from genrec.models.backbones import CachedSASRec
 

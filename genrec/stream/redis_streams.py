@@ -16,7 +16,6 @@ are text, handed over as read (an absent field is None): IDs are decided by :mod
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import pandas as pd

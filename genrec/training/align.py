@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from genrec.data.batch import JaggedBatch

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
 from torchrec import KeyedJaggedTensor
 
 from genrec.data.batch import ITEM_FEATURE
