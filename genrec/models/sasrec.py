@@ -13,7 +13,6 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from genrec.errors import UserError
