@@ -341,7 +341,7 @@ def model_scorer(task):
 
 def run_new_items(seed: int, sizes: dict) -> dict:
     from genrec.conf import compose_config
-    from genrec.eval.baselines import ItemTransitions, MostPopular
+    from genrec.models.counts import ItemTransitions, MostPopular
     from genrec.training.builders import build_datamodule
 
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 """genrec as a package: a built wheel installed into a fresh virtualenv runs genrec-train from any directory (its
-configs ship inside it), and the layers import in one direction only (models import neither training, Lightning
-nor the kernels; no CLI imports another; the kernels do not import the models; tokenize imports neither training
-nor evaluation)."""
+configs ship inside it), and the layers import in one direction only: every import of every genrec module follows
+genrec.architecture.LAYERS (the map docs/ARCHITECTURE.md draws, from the same source), the models import neither
+Lightning nor the kernels, and the kernels do not import the models."""
 from __future__ import annotations
 
 import ast
@@ -14,15 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from genrec.architecture import allowed, render, unit_of
 from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_MODULES = {"genrec.train": ROOT / "genrec/train.py", "genrec.evaluate": ROOT / "genrec/evaluate.py",
-               "genrec.export.cli": ROOT / "genrec/export/cli.py", "genrec.tokenize.cli": ROOT / "genrec/tokenize/cli.py",
-               "genrec.stream.cli": ROOT / "genrec/stream/cli.py",
-               "genrec.report.cli": ROOT / "genrec/report/cli.py"}
-
-
 def _imports(path: Path) -> set[str]:
     """Every module a source file imports (at any depth of the file), as dotted names."""
     names = set()
@@ -46,23 +41,35 @@ def _loaded_after_importing(package: str) -> list[str]:
     return out.stdout.split()
 
 
-def test_models_import_neither_training_lightning_nor_kernels():
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_import_follows_the_layers():
+    """Each genrec module imports genrec units of lower layers (or its own unit) only, at any depth of the file."""
+    wrong = []
+    for path in sorted((ROOT / "genrec").rglob("*.py")):
+        module = _module_name(path)
+        assert unit_of(module) is not None, f"{module} belongs to no unit of genrec.architecture.LAYERS"
+        wrong += [f"{module} imports {name}" for name in sorted(_imports(path))
+                  if unit_of(name) is not None and not allowed(module, name)]
+    assert wrong == []
+
+
+def test_the_architecture_doc_draws_the_enforced_layers():
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert f"```\n{render()}\n```" in doc, "docs/ARCHITECTURE.md: regenerate the layer diagram (python -m " \
+                                            "genrec.architecture > the block under 'Layers')"
+
+
+def test_models_import_neither_lightning_nor_kernels():
     loaded = _loaded_after_importing("genrec.models")
     assert "genrec.models.sasrec" in loaded  # the walk did import the models
-    bad = [m for m in loaded if m.split(".")[0] in ("lightning", "pytorch_lightning", "genrec_kernels")
-           or m.startswith("genrec.training")]
-    assert bad == []
+    assert [m for m in loaded if m.split(".")[0] in ("lightning", "pytorch_lightning", "genrec_kernels")] == []
 
 
-def test_tokenize_imports_neither_training_nor_evaluation():
-    loaded = _loaded_after_importing("genrec.tokenize")
-    assert [m for m in loaded if m.startswith(("genrec.training", "genrec.evaluate", "genrec.train"))] == []
-
-
-def test_no_cli_imports_another_and_kernels_do_not_import_models():
-    for name, path in CLI_MODULES.items():
-        others = set(CLI_MODULES) - {name}
-        assert not {i for i in _imports(path) if i in others or i.rsplit(".", 1)[0] in others}, name
+def test_kernels_do_not_import_models():
     for path in (ROOT / "kernels" / "genrec_kernels").glob("*.py"):
         assert not [i for i in _imports(path) if i.startswith("genrec.models")], path
 

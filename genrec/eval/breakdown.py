@@ -14,7 +14,7 @@ import torch
 
 from genrec.data.schema import SequenceData
 from genrec.errors import UserError
-from genrec.eval.baselines import item_popularity
+from genrec.models.counts import item_popularity
 from genrec.eval.metrics import Evaluator, RankingMetrics
 
 

@@ -3,7 +3,7 @@
 ``transitions_svd``: the item table starts from a low-rank factorisation of the items' transition counts, so that
 items that follow one another start close and the first steps train the sequence model instead of discovering the
 item graph. The counts are those of the ``transitions_last3_skip`` baseline (direct and skip-one transitions of the
-training parts only: :class:`~genrec.eval.baselines.ItemTransitions`), made symmetric and log-damped,
+training parts only: :class:`~genrec.models.counts.ItemTransitions`), made symmetric and log-damped,
 ``A = log(1 + T + Tᵀ)``; the vectors are ``U · sqrt(Λ)`` of its ``D`` largest eigenpairs (ARPACK, a fixed start
 vector: the same vectors on every run), whose inner products are the best rank-``D`` positive approximation of
 ``A``. They are rescaled to the standard deviation of the random initialisation they replace (the optimizer's
@@ -18,7 +18,7 @@ from scipy.sparse.linalg import eigsh
 from genrec.data.schema import SequenceData
 from genrec.embedding import ItemEmbedding
 from genrec.errors import ConfigError
-from genrec.eval.baselines import LAST3_SKIP, ItemTransitions
+from genrec.models.counts import LAST3_SKIP, ItemTransitions
 
 #: ``model.item_init`` values
 ITEM_INITS = ("random", "transitions_svd")

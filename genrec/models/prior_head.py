@@ -5,8 +5,8 @@ With ``model.prior.enabled=true`` a retrieval model scores item ``i`` after hist
 
     ``score(h, i) = sim(user_state(h), item(i)) + w * log(1 + s(h, i))``
 
-where ``s`` is the score of the ``transitions_last3_skip`` baseline (:class:`~genrec.eval.baselines.ItemTransitions`
-with :data:`~genrec.eval.baselines.LAST3_SKIP`: transition counts of the training parts only, voted by the user's
+where ``s`` is the score of the ``transitions_last3_skip`` baseline (:class:`~genrec.models.counts.ItemTransitions`
+with :data:`~genrec.models.counts.LAST3_SKIP`: transition counts of the training parts only, voted by the user's
 last three items, popularity as tie-break) and ``w`` one learned scalar. ``log(1 + s)`` keeps the heuristic's
 order, so a model whose own scores are still near zero (at initialisation) ranks as the heuristic does; training
 learns what the counts miss. The loss (the full softmax) sees the same sum, divided by its temperature.
@@ -26,7 +26,7 @@ from torch import nn
 
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import SequenceData
-from genrec.eval.baselines import LAST3_SKIP, ItemTransitions
+from genrec.models.counts import LAST3_SKIP, ItemTransitions
 from genrec.ops.jagged import jagged_index
 
 

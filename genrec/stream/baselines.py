@@ -66,7 +66,7 @@ class OnlinePopularity:
 
 class OnlineTransitions:
     """Item-to-item transition counts from every user's consecutive events, as
-    :class:`genrec.eval.baselines.ItemTransitions` scores them: ``sum_j decay**j * C[h_{-1-j}, i]`` over the
+    :class:`genrec.models.counts.ItemTransitions` scores them: ``sum_j decay**j * C[h_{-1-j}, i]`` over the
     ``num_last`` most recent items of the context, plus ``popularity(i) / (1 + max popularity) * 1e-3``; with
     ``skip``, ``C`` also counts items two steps apart, weighted ``skip_weight``."""
 

@@ -18,7 +18,7 @@ import torch
 from genrec.data.batch import JaggedBatch, TrainSequences, collate, prefixes
 from genrec.data.schema import SequenceData
 from genrec.errors import ConfigError
-from genrec.eval.baselines import item_popularity
+from genrec.models.counts import item_popularity
 from genrec.models.generative import GenerativeRecommender
 from genrec.ops.jagged import jagged_index
 

@@ -7,7 +7,7 @@ import pytest
 from genrec.data.batch import EvalSequences, TrainPrefixes, TrainSequences
 from genrec.data.split import SplitConfig, apply_split, split_summary
 from genrec.errors import ConfigError
-from genrec.eval.baselines import ItemTransitions, item_popularity
+from genrec.models.counts import ItemTransitions, item_popularity
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.data.schema import InteractionLog
 from genrec.data.split import SplitConfig, apply_split, split_summary
 from genrec.errors import ConfigError, DataError
-from genrec.eval.baselines import ItemTransitions, item_popularity
+from genrec.models.counts import ItemTransitions, item_popularity
 from genrec.training.preferences import preference_examples
 
 # (item, time) per user; raw items are their dense IDs. Cuts 25 and 40:

@@ -7,7 +7,8 @@ import torch
 from genrec.data.batch import EvalSequences, collate
 from genrec.data.preprocess import PreprocessConfig, build_sequences
 from genrec.data.schema import InteractionLog
-from genrec.eval.baselines import ItemTransitions, MostPopular, SemanticKNN, item_popularity
+from genrec.eval.baselines import SemanticKNN
+from genrec.models.counts import ItemTransitions, MostPopular, item_popularity
 
 
 @pytest.fixture()

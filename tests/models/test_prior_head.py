@@ -12,7 +12,7 @@ from genrec.data.batch import EvalSequences, TrainSequences, collate
 from genrec.data.schema import SequenceData
 from genrec.embedding import ItemEmbedding
 from genrec.errors import ConfigError
-from genrec.eval.baselines import LAST3_SKIP, ItemTransitions
+from genrec.models.counts import LAST3_SKIP, ItemTransitions
 from genrec.eval.metrics import evaluate
 from genrec.models.item_init import initialize_items, transition_vectors
 from genrec.models.losses import FullSoftmaxLoss
