@@ -77,13 +77,18 @@ def jagged_batch(step: int, rank: int) -> JaggedBatch:
 
 def batches(mode: str, task, rank: int, first: int, count: int):
     """The batches of steps ``first .. first + count - 1``, built when asked for (the loader's work)."""
+    from genrec.data.candidates import DrawnBatch
     from genrec.dist.pipeline import sparse_batch
 
     table = task.model.item_embedding.tables.configs[0]
     for step in range(first, first + count):
         batch = jagged_batch(step, rank)
-        yield batch if mode == "plain" else sparse_batch(batch, task.loss, table,
-                                                         torch.Generator().manual_seed(step))
+        if mode == "plain":
+            yield batch
+            continue
+        generator = torch.Generator().manual_seed(step)
+        drawn = DrawnBatch(batch, task.loss.item_ids(batch.target_ids, table.num_embeddings - 1, generator=generator))
+        yield sparse_batch(drawn, table)
 
 
 def run_mode(mode: str, model, task, dense, rank: int, first: int, count: int) -> None:

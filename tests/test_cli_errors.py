@@ -88,12 +88,12 @@ def test_a_cap_reached_before_any_validation_is_one_line(tmp_path):
                                           "validation pass")
 
 
-def test_prefetching_is_refused_before_the_data_loads(tmp_path):
-    """genrec-train draws each step's candidates in the forward pass, so a prefetch setting would do nothing."""
-    proc = _cli("genrec.train", *TINY_RUN, "embedding@model.embedding=dynamic", "model.embedding.prefetch_depth=1",
-                f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    _one_line_error(proc, "genrec-train", "model.embedding.prefetch_depth: genrec-train maps each step's IDs")
-    assert not (tmp_path / "cache").exists()
+def test_stream_prefetching_is_refused_before_the_data_loads(tmp_path):
+    """genrec-stream draws each step's negatives from the rows its table holds at that step, so a prefetch setting
+    would do nothing (genrec-train prefetches: tests/embedding/test_prefetch_runs.py)."""
+    proc = _cli("genrec.stream", f"source.path={tmp_path / 'events'}", "model.embedding.prefetch_depth=1",
+                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    _one_line_error(proc, "genrec-stream", "model.embedding.prefetch_depth: genrec-stream draws each step's negatives")
 
 
 def test_missing_and_truncated_resume_checkpoints(run_copy, tmp_path):

@@ -38,6 +38,12 @@ KINDS = {
                        "data.reader.num_items=600", "data.batch_size=8", "trainer.max_epochs=3",
                        "embedding@model.embedding=dynamic", "model.embedding.capacity=300",
                        "model.embedding.pinned_batches=1"],
+    # the same table prefetching: each step's rows mapped while the step before trains, none past a checkpoint
+    "sasrec_dynamic_prefetch": ["model.dim=16", "loss@model.loss=sampled", "model.loss.num_negatives=8",
+                                "data.reader.num_items=600", "data.batch_size=8", "data.max_len=10",
+                                "trainer.max_epochs=3", "embedding@model.embedding=dynamic",
+                                "model.embedding.capacity=300", "model.embedding.pinned_batches=2",
+                                "model.embedding.prefetch_depth=1"],
 }
 #: set by an earlier in-process Lightning run; a child that inherits LOCAL_RANK thinks it was launched externally
 LAUNCH_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"}
@@ -143,6 +149,7 @@ def uninterrupted(workdir):
     pytest.param("sid_gpt", 8, marks=pytest.mark.slow),   # mid-epoch, first epoch
     # mid-epoch, second epoch: tier 0, the store and the admission state come back
     pytest.param("sasrec_dynamic", 40, marks=pytest.mark.slow),
+    pytest.param("sasrec_dynamic_prefetch", 42, marks=pytest.mark.slow),  # mid-epoch, second epoch, prefetching
 ])
 def test_killed_and_resumed_equals_uninterrupted(kind, kill_step, workdir, uninterrupted, tmp_path):
     reference = uninterrupted(kind)

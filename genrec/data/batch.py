@@ -238,6 +238,12 @@ class IndexedExamples(Dataset):
         return indices, [self.dataset[i] for i in indices]
 
 
+def event_time(batch: JaggedBatch) -> int | None:
+    """A training batch's latest event time (of the events its positions predict), or None without timestamps."""
+    times = batch.query_timestamps if batch.query_timestamps is not None else batch.timestamps
+    return int(times.max()) if times is not None and times.numel() else None
+
+
 def _jagged(parts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
     offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))

@@ -93,9 +93,11 @@ class SequenceDataModule(L.LightningDataModule):
         self.num_workers, self.cache_dir, self.seed = num_workers, cache_dir, seed
         self.feature_config = FeatureConfig.from_config(_plain(features))
         self.data: SequenceData | None = None
-        #: a training collation over :class:`IndexedExamples` batches, ``(indices, examples) -> batch`` (a pipelined
-        #: task sets genrec.dist.pipeline's SparseCollate here); None: plain :func:`collate`
+        #: a training collation over :class:`IndexedExamples` batches, ``(indices, examples) -> batch`` (a retrieval
+        #: task sets one that draws its loss's candidates: genrec.data.candidates); None: plain :func:`collate`
         self.train_collate: Callable[[tuple[list[int], list]], Any] | None = None
+        #: wraps the training loader (genrec.training.prefetch reads its batches ahead); None: the loader as it is
+        self.train_wrap: Callable[[DataLoader], Any] | None = None
         self.features: EncodedFeatures | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -121,8 +123,10 @@ class SequenceDataModule(L.LightningDataModule):
         sampler = TrainBatchSampler(len(dataset), self.batch_size, self.seed, rank, world,
                                     dataset.lengths if self.bucket_by_length else None)
         if self.train_collate is not None:
-            return self._loader(IndexedExamples(dataset), sampler, sampler.generator, self.train_collate)
-        return self._loader(dataset, sampler, sampler.generator)
+            loader = self._loader(IndexedExamples(dataset), sampler, sampler.generator, self.train_collate)
+        else:
+            loader = self._loader(dataset, sampler, sampler.generator)
+        return loader if self.train_wrap is None else self.train_wrap(loader)
 
     def eval_dataloader(self, split: str, rank: int = 0, world: int = 1) -> DataLoader:
         """Process ``rank``'s share of the ``"valid"`` or ``"test"`` users (by default: all of them)."""

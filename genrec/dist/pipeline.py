@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import nn
 from torchrec import KeyedJaggedTensor
@@ -28,7 +27,8 @@ from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.streamable import Pipelineable
 
-from genrec.data.batch import JaggedBatch, collate
+from genrec.data.batch import JaggedBatch
+from genrec.data.candidates import CandidateCollate, DrawnBatch
 from genrec.embedding.item_embedding import lookup_features
 from genrec.embedding.tables import TableConfig, checked_ids
 
@@ -69,20 +69,19 @@ class SparseBatch(Pipelineable):
         return SparseBatch(JaggedBatch(**pinned), self.features.pin_memory(), None if ids is None else ids.pin_memory())
 
 
-def sparse_batch(batch: JaggedBatch, loss: nn.Module, table: TableConfig, generator: torch.Generator
-                 ) -> SparseBatch:
-    """``batch`` with its candidates drawn by ``loss.item_ids`` from ``generator`` and its lookup KJT built;
+def sparse_batch(drawn: DrawnBatch, table: TableConfig) -> SparseBatch:
+    """A batch whose candidates were drawn (:class:`~genrec.data.candidates.DrawnBatch`) with its lookup KJT built;
     ``table`` is the item table (its first feature the input items, its second the candidates)."""
-    num_items = table.num_embeddings - 1
-    candidate_ids = loss.item_ids(batch.target_ids, num_items, generator=generator)
-    lookup = torch.arange(num_items + 1) if candidate_ids is None else candidate_ids
+    batch = drawn.batch
+    lookup = drawn.lookup_ids(table.num_embeddings - 1)
     features = lookup_features(table.features[0], batch.item_ids, batch.lengths, lookup)
-    return SparseBatch(batch, checked_ids(features, (table,)), candidate_ids)
+    return SparseBatch(batch, checked_ids(features, (table,)), drawn.candidate_ids)
 
 
-class SparseCollate:
+class SparseCollate(CandidateCollate):
     """The pipelined path's ``collate_fn`` over :class:`genrec.data.batch.IndexedExamples`: examples ->
-    :class:`SparseBatch`, the candidates drawn from a generator seeded by ``(seed, the batch's example indices)``.
+    :class:`SparseBatch`, the candidates drawn as every retrieval run draws them
+    (:class:`~genrec.data.candidates.CandidateCollate`).
 
     Args:
         loss: the task's loss (its ``item_ids`` names the candidates).
@@ -91,13 +90,11 @@ class SparseCollate:
     """
 
     def __init__(self, loss: nn.Module, table: TableConfig, seed: int):
-        self.loss, self.table, self.seed = loss, table, seed
+        super().__init__(loss, table.num_embeddings - 1, seed)
+        self.table = table
 
     def __call__(self, indexed: tuple[list[int], list]) -> SparseBatch:
-        indices, examples = indexed
-        seed = np.random.SeedSequence([self.seed, *indices]).generate_state(2, np.uint64)[0]
-        generator = torch.Generator().manual_seed(int(seed) & (2**63 - 1))
-        return sparse_batch(collate(examples), self.loss, self.table, generator)
+        return sparse_batch(super().__call__(indexed), self.table)
 
 
 class StepOutput(NamedTuple):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from genrec.data.batch import JaggedBatch
+from genrec.data.candidates import DrawnBatch
 from genrec.errors import ConfigError, settings_from
 from genrec.models.distill import distillation_loss, item_distillation_loss, level_targets, teacher_top_k
 from genrec.models.generative import GenerativeRecommender
@@ -162,9 +163,12 @@ class RetrievalDistillTask(RetrievalTask):
                                                           "stage.weight")
         self.teacher, self.distill = teacher, distill
 
-    def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
+    def training_loss(self, batch: JaggedBatch | DrawnBatch) -> torch.Tensor:
+        if isinstance(batch, DrawnBatch):  # the candidates the loader drew
+            batch, item_ids = batch.batch, batch.candidate_ids
+        else:
+            item_ids = self.loss.item_ids(batch.target_ids, self.model.num_items)  # None: the whole table
         states = self.model.encode(batch)  # (N, D)
-        item_ids = self.loss.item_ids(batch.target_ids, self.model.num_items)  # None: the whole table
         vectors = self.model.all_item_vectors()  # (num_items + 1, D)
         nll = self.loss(states, batch.target_ids, item_ids, vectors if item_ids is None else vectors[item_ids])
         logits = (states / getattr(self.loss, "temperature", 1.0)) @ vectors.T

@@ -9,7 +9,8 @@ from lightning.pytorch.loops.utilities import _is_max_limit_reached
 from torch import nn
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from genrec.data.batch import JaggedBatch
+from genrec.data.batch import JaggedBatch, event_time
+from genrec.data.candidates import CandidateCollate, DrawnBatch
 from genrec.dist.pipeline import SparseBatch, SparseCollate, StepOutput, sparse_dist_pipeline, sparse_step
 from genrec.models.recommender import SequentialRecommender
 from genrec.training.task import RecommenderTask, Scorer
@@ -25,26 +26,43 @@ class RetrievalTask(RecommenderTask):
     inside ``model`` and fuses their optimizer into the backward pass. With several processes the training loss is
     normalised by the global number of positions.
 
+    The loss's candidates are drawn in the data loader (:class:`~genrec.data.candidates.CandidateCollate`, seeded by
+    ``seed`` and the batch's example indices), so a step's lookup is known before the step runs (a dynamic table can
+    prefetch it: :mod:`genrec.training.prefetch`); a plain :class:`JaggedBatch` draws them in the step.
+
     Args:
         model: the recommender.
         loss: a loss from :mod:`genrec.models.losses`.
+        seed: the run's seed (the data loader's negatives derive from it).
         kwargs: :class:`RecommenderTask` settings (optimizer, cut-offs, history removal).
     """
 
-    def __init__(self, model: SequentialRecommender, loss: nn.Module, **kwargs):
+    def __init__(self, model: SequentialRecommender, loss: nn.Module, seed: int = 0, **kwargs):
         super().__init__(model, **kwargs)
-        self.loss = loss
+        self.loss, self.seed = loss, seed
 
-    def forward(self, batch: JaggedBatch | SparseBatch) -> torch.Tensor | tuple[torch.Tensor, StepOutput]:
-        """The training step's loss of a JaggedBatch; for a :class:`~genrec.dist.pipeline.SparseBatch` (and for
-        the stand-in TorchRec's pipeline traces), ``(loss, StepOutput)`` with the sharded collection reading the
-        batch's ready KeyedJaggedTensor, so that the pipeline can distribute it ahead."""
-        if isinstance(batch, JaggedBatch):
+    def train_collate(self) -> CandidateCollate:
+        """The data loader's collation: batches with their candidates drawn."""
+        return CandidateCollate(self.loss, self.model.num_items, self.seed)
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if stage == "fit" and datamodule is not None and hasattr(datamodule, "train_collate"):
+            datamodule.train_collate = self.train_collate()
+
+    def forward(self, batch: JaggedBatch | DrawnBatch | SparseBatch) -> torch.Tensor | tuple[torch.Tensor, StepOutput]:
+        """The training step's loss of a JaggedBatch or DrawnBatch; for a :class:`~genrec.dist.pipeline.SparseBatch`
+        (and for the stand-in TorchRec's pipeline traces), ``(loss, StepOutput)`` with the sharded collection reading
+        the batch's ready KeyedJaggedTensor, so that the pipeline can distribute it ahead."""
+        if isinstance(batch, (JaggedBatch, DrawnBatch)):
             return self.training_loss(batch)
         return sparse_step(self, batch, self.model.item_embedding.tables.collection(batch.features))
 
-    def training_loss(self, batch: JaggedBatch) -> torch.Tensor:
-        """The batch's mean loss (see :meth:`global_mean`)."""
+    def training_loss(self, batch: JaggedBatch | DrawnBatch) -> torch.Tensor:
+        """The batch's mean loss (see :meth:`global_mean`), with the candidates the loader drew, or drawn now."""
+        if isinstance(batch, DrawnBatch):
+            return self.global_mean(self.model.candidates_loss(batch.batch, self.loss, batch.candidate_ids),
+                                    batch.batch)
         return self.global_mean(self.model.training_loss(batch, self.loss), batch)
 
     def global_mean(self, loss: torch.Tensor, batch: JaggedBatch) -> torch.Tensor:
@@ -58,11 +76,11 @@ class RetrievalTask(RecommenderTask):
         dist.all_reduce(total)
         return loss * (positions * dist.get_world_size() / total).to(loss.dtype)
 
-    def on_train_batch_start(self, batch: JaggedBatch, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: JaggedBatch | DrawnBatch, batch_idx: int) -> None:
         """A dynamic item table (genrec.embedding.dynamic) expires rows by event time: the batch's latest event."""
-        times = batch.query_timestamps if batch.query_timestamps is not None else batch.timestamps
-        if times is not None and times.numel():
-            self.model.item_embedding.set_event_time(int(times.max()))
+        time = event_time(batch.batch if isinstance(batch, DrawnBatch) else batch)
+        if time is not None:
+            self.model.item_embedding.set_event_time(time)
 
     def on_train_epoch_end(self) -> None:
         """A dynamic item table's counters into the run's logs, once per epoch."""
@@ -90,12 +108,11 @@ class PipelinedRetrievalTask(RetrievalTask):
     batch, except the epoch's last call, which also trains the batches the pipeline holds ahead (Lightning ends
     the epoch once its loader is used up); validation and the end of training detach the pipeline from the
     model. Batches are :class:`~genrec.dist.pipeline.SparseBatch` from the data
-    module's pipelined collation (:meth:`sparse_collate`). Gradients of the dense part are clipped here, by norm,
+    module's pipelined collation (:meth:`train_collate`). Gradients of the dense part are clipped here, by norm,
     at ``gradient_clip_val`` (Lightning clips only automatic optimization).
 
     Args:
-        model / loss / kwargs: as for :class:`RetrievalTask`.
-        seed: the run's seed (the data loader's negatives derive from it).
+        model / loss / seed / kwargs: as for :class:`RetrievalTask`.
         gradient_clip_val: clip the dense gradients' norm to this (``None``: no clipping).
     """
 
@@ -104,25 +121,22 @@ class PipelinedRetrievalTask(RetrievalTask):
 
     def __init__(self, model: SequentialRecommender, loss: nn.Module, seed: int = 0,
                  gradient_clip_val: float | None = None, **kwargs):
-        super().__init__(model, loss, **kwargs)
+        super().__init__(model, loss, seed, **kwargs)
         self.automatic_optimization = False
-        self.seed, self.gradient_clip_val = seed, gradient_clip_val
+        self.gradient_clip_val = gradient_clip_val
         self._pipeline: TrainPipelineSparseDist | None = None
         self._source: Iterator | None = None  # Lightning's iterator of this epoch
         self._batches: Iterator[SparseBatch] | None = None
 
-    def sparse_collate(self) -> SparseCollate:
+    def train_collate(self) -> SparseCollate:
         """The data loader's collation into SparseBatches."""
         return SparseCollate(self.loss, self.model.item_embedding.tables.configs[0], self.seed)
 
     def setup(self, stage: str) -> None:
-        if stage != "fit":
-            return
-        datamodule = self.trainer.datamodule
-        if not hasattr(datamodule, "train_collate"):
+        if stage == "fit" and not hasattr(self.trainer.datamodule, "train_collate"):
             raise TypeError("the pipelined task trains from genrec's SequenceDataModule (its loader builds the "
-                            f"SparseBatches), got {type(datamodule).__name__}")
-        datamodule.train_collate = self.sparse_collate()
+                            f"SparseBatches), got {type(self.trainer.datamodule).__name__}")
+        super().setup(stage)
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Nothing: the pipelined path serves static tables only (no event time to pass on)."""

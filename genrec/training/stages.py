@@ -113,7 +113,7 @@ def next_token(model: nn.Module, stage: DictConfig, context: StageContext) -> Re
                                                    "use embedding@model.embedding=static or sharding.pipeline=none")
         return PipelinedRetrievalTask(model, loss, seed=cfg.seed, gradient_clip_val=cfg.trainer.get("gradient_clip_val"),
                                       **context.settings)
-    return RetrievalTask(model, loss, **context.settings)
+    return RetrievalTask(model, loss, seed=cfg.seed, **context.settings)
 
 
 def preference(model: nn.Module, stage: DictConfig, context: StageContext) -> AlignTask:
@@ -132,7 +132,8 @@ def distillation(model: nn.Module, stage: DictConfig, context: StageContext) -> 
                                    "(sharding=none)")
     teacher = context.loader(distill, context.item_raw_ids, cfg.data.max_len, cfg.data.get("split"))
     if isinstance(model, SequentialRecommender):
-        return RetrievalDistillTask(model, instantiate(cfg.model.loss), teacher, distill, **context.settings)
+        return RetrievalDistillTask(model, instantiate(cfg.model.loss), teacher, distill, seed=cfg.seed,
+                                    **context.settings)
     return DistillTask(model, teacher, distill, **context.settings)
 
 

@@ -103,7 +103,9 @@ def peak_rss_bytes() -> int:
 
 
 def batch_counts(batch: Any) -> tuple[int, int]:
-    """(sequences, item positions) of a training batch; (0, 0) for a batch that is no :class:`JaggedBatch`."""
+    """(sequences, item positions) of a training batch (a :class:`JaggedBatch`, or one inside a DrawnBatch or a
+    SparseBatch); (0, 0) for anything else."""
+    batch = getattr(batch, "batch", batch)
     if isinstance(batch, JaggedBatch):
         return batch.batch_size, int(batch.item_ids.numel())
     return 0, 0

@@ -24,6 +24,7 @@ from genrec.errors import ConfigError
 from genrec.runs import CHECKPOINT_DIR, RunFolder
 from genrec.training.fsdp import FSDPConfig, FSDPStrategy
 from genrec.training.loggers import TrackerRuns, read_continuations
+from genrec.training.prefetch import Prefetch
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint, SealedCheckpointIO
 from genrec.training.tables import DynamicTablesCheckpoint
 from genrec.training.task import SCHEDULES
@@ -214,6 +215,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, resume_step: int | None = None
     # ResumeState before DynamicTablesCheckpoint: the tables' snapshot is bound to the run ID it puts in the checkpoint
     callbacks += [ResumeState(RunFolder(run_dir).run_id()), DynamicTablesCheckpoint(checkpoints), best,
                   LastCheckpoint(checkpoints, cfg.checkpoint_every_n_steps)]
+    if OmegaConf.select(cfg, "model.embedding.prefetch_depth", default=0):
+        callbacks.append(Prefetch(cfg.checkpoint_every_n_steps))
     try:
         trainer = L.Trainer(**trainer_arguments(cfg), callbacks=callbacks, default_root_dir=run_dir,
                             logger=[logger for logger, _ in loggers.values()], plugins=[SealedCheckpointIO()])

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from genrec.data.batch import IndexedExamples, JaggedBatch, TrainSequences, collate
+from genrec.data.candidates import DrawnBatch
 from genrec.data.schema import SequenceData
 from genrec.dist import ShardingConfig, SparseOptimizerConfig, shard_module
 from genrec.dist.pipeline import SparseBatch, SparseCollate, sparse_batch, sparse_dist_pipeline
@@ -65,6 +66,12 @@ def rank_batch(step: int, rank: int, num_items: int) -> JaggedBatch:
                        target_ids=torch.tensor([i for s in seqs for i in s[1:]]), user_ids=torch.arange(len(seqs)))
 
 
+def _sparse(batch: JaggedBatch, loss, table, generator: torch.Generator):
+    """``batch`` with its candidates drawn from ``generator`` and its lookup built (the pipelined loader's work)."""
+    drawn = DrawnBatch(batch, loss.item_ids(batch.target_ids, table.num_embeddings - 1, generator=generator))
+    return sparse_batch(drawn, table)
+
+
 def train(case: str, path: str, rank: int) -> dict:
     encoder, loss, num_items, kind = CASES[case]
     task = make_task(encoder, loss, num_items)
@@ -73,7 +80,7 @@ def train(case: str, path: str, rank: int) -> dict:
     dense = task.configure_optimizers()
     table = task.model.item_embedding.tables.configs[0]
     batches = [rank_batch(step, rank, num_items) for step in range(STEPS)]
-    sparse = [sparse_batch(b, task.loss, table, torch.Generator().manual_seed(10 * step + rank))
+    sparse = [_sparse(b, task.loss, table, torch.Generator().manual_seed(10 * step + rank))
               for step, b in enumerate(batches)]
     torch.manual_seed(1)  # dropout, and negatives drawn in the step
     losses, pipelined = [], False
@@ -186,7 +193,7 @@ def test_collate_draws_negatives_from_the_batch_indices_alone():
     bad = collate([dataset.dataset[i] for i in (4, 1)])
     bad.item_ids[0] = 300
     with pytest.raises(ValueError, match="feature 'item': IDs must lie in"):
-        sparse_batch(bad, task.loss, table, torch.Generator())
+        _sparse(bad, task.loss, table, torch.Generator())
 
 
 def _train_config(*overrides: str):

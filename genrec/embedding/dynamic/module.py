@@ -92,23 +92,26 @@ class DynamicItemEmbedding(ItemEmbeddingInterface):
             mapped = table.map(ids, self._times(), counted)
         return lookup(table, mapped)
 
-    def prefetch(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> None:
+    def prefetch(self, features: KeyedJaggedTensor, item_ids: torch.Tensor, event_time: int | None = None) -> None:
         """Map a future training step's IDs now, in the background (``prefetch_depth`` steps at most): the step
-        must then call :meth:`forward_with_items` with the same inputs, in the same order."""
+        must then call :meth:`forward_with_items` with the same inputs, in the same order. ``event_time``: that
+        step's event time (default: the one set now)."""
         if self.config.prefetch_depth == 0:
             raise ValueError("prefetch needs embedding.prefetch_depth >= 1")
         if isinstance(self.dynamic, ShardedDynamicTable):
             raise ValueError("prefetching a sharded dynamic table is not supported (its mapping is collective)")
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self.dynamic, self.config.prefetch_depth)
-        self._prefetcher.submit(*self._values(features, item_ids))
+        times = self._times() if event_time is None else np.array([int(event_time)])
+        ids, counted = self._values(features, item_ids)
+        self._prefetcher.submit(ids, times, counted)
 
-    def _values(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The IDs of one :meth:`forward_with_items` call ``(N + C,)``, its event time and which IDs count towards
-        admission ``(N + C,)``: the inputs (occurrences of the feature), not the loss's candidates."""
+    def _values(self, features: KeyedJaggedTensor, item_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The IDs of one :meth:`forward_with_items` call ``(N + C,)`` and which count towards admission
+        ``(N + C,)``: the inputs (occurrences of the feature), not the loss's candidates."""
         inputs = features[self.feature].values()
         counted = torch.arange(inputs.numel() + item_ids.numel()) < inputs.numel()
-        return torch.cat([inputs, item_ids.reshape(-1)]), self._times(), counted
+        return torch.cat([inputs, item_ids.reshape(-1)]), counted
 
     def forward_with_items(self, features: KeyedJaggedTensor, item_ids: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +119,7 @@ class DynamicItemEmbedding(ItemEmbeddingInterface):
         -> ``((N, D), (*, D))``. Only the inputs count towards admission (``min_count``, ``probability``): the
         items a loss scores are looked up, not seen."""
         n = features[self.feature].values().numel()
-        ids, _, counted = self._values(features, item_ids)
+        ids, counted = self._values(features, item_ids)
         out = self._rows(ids, counted)
         return out[:n], out[n:].reshape(*item_ids.shape, self.dim)
 
