@@ -8,7 +8,7 @@ from genrec import train as train_entry
 from genrec.conf import compose_config
 from genrec.training.budget import CURVE_FILE
 
-from conftest import TINY_RUN, load_script
+from tests.conftest import TINY_RUN, load_script
 
 bench_budget = load_script("bench_budget")
 

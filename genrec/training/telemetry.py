@@ -308,6 +308,8 @@ class Telemetry(Callback):
         out.update(gpu)
         for name, module in self._counters.items():
             values = {key: float(value) for key, value in module.counters().items()}
+            if not values:  # e.g. a static item table: the interface has counters, this table keeps none
+                continue
             self.last_counters[name or "model"] = values
             out.update({f"counters/{name or 'model'}/{key}": value for key, value in values.items()})
         return out

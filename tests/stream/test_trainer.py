@@ -167,14 +167,23 @@ def test_a_late_file_is_reported_not_read(tmp_path):
     frame = tiny_events(users=20, items=30)
     write_event_files(frame.iloc[:100], folder, 50, "csv", prefix="b")
 
-    def produce():  # while the trainer waits for more: a file sorting before those read, then a later one
-        time.sleep(3)
+    log = tmp_path / "run" / "logs" / "stream.csv"
+
+    def read_all() -> bool:  # the log's records column (first) has reached the 100 events of the b files
+        rows = log.read_text().splitlines()[1:] if log.exists() else []
+        return any(int(row.split(",")[0]) >= 100 for row in rows if row)
+
+    def produce():  # once the trainer has read the b files and waits for more: a file sorting before them, then later
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not read_all():
+            time.sleep(0.05)
         write_event_files(frame.iloc[100:150], folder, 50, "csv", prefix="a")
         write_event_files(frame.iloc[150:200], folder, 50, "csv", prefix="c")
 
     producer = threading.Thread(target=produce)
     producer.start()
-    run_dir, metrics = _run(tmp_path, "run", ["stream.stop_when_idle=false", "stream.max_events=151"], folder)
+    run_dir, metrics = _run(tmp_path, "run", ["stream.stop_when_idle=false", "stream.max_events=151",
+                                              "stream.log_every_events=50"], folder)
     producer.join()
     counts = metrics["counts"]
     assert counts["rejected_late_file"] == 1 and counts["accepted"] == 150 and counts["records"] == 151
