@@ -43,7 +43,7 @@ from genrec.training.plots import plot_curves
 from genrec.training.stages import check_stage
 from genrec.training.tables import check_table_config, close_tables
 from genrec.training.telemetry import Telemetry, format_summary
-from genrec.training.trainer import build_trainer, check_train_config
+from genrec.training.fit import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
 
 log = logging.getLogger("genrec.train")

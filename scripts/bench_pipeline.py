@@ -52,7 +52,7 @@ def make_task(model: str):
     from genrec.models.losses import SampledSoftmaxLoss
     from genrec.models.recommender import SequentialRecommender
     from genrec.models.sasrec import SASRec
-    from genrec.training.module import RetrievalTask
+    from genrec.training.retrieval import RetrievalTask
 
     encoder, loss, similarity = MODELS[model]
     args = {k: v for k, v in encoder.items() if k != "kind"}

@@ -43,7 +43,7 @@ from lightning.pytorch.callbacks import Callback  # noqa: E402
 from genrec.conf import compose_config  # noqa: E402
 from genrec.training.builders import build_datamodule, build_task  # noqa: E402
 from genrec.training.telemetry import Telemetry, _FetchClock  # noqa: E402
-from genrec.training.trainer import build_trainer  # noqa: E402
+from genrec.training.fit import build_trainer  # noqa: E402
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
 
 MODELS = {"sasrec": ["model=sasrec"], "hstu": ["model=hstu"]}

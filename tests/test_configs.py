@@ -12,7 +12,7 @@ from genrec.tokenize.cli import build
 from genrec.conf import CONF_DIR, compose_config
 from genrec.training.builders import build_task
 from genrec.training.resume import LastCheckpoint, ResumeState, RunCheckpoint
-from genrec.training.trainer import build_trainer, trainer_arguments
+from genrec.training.fit import build_trainer, trainer_arguments
 from tests.shared import SHARED
 
 
@@ -167,7 +167,7 @@ def test_logger_configs_log_into_the_run_folder(name, tmp_path, monkeypatch):
 
 def test_bad_trainer_values_name_the_key(tmp_path):
     from genrec.errors import ConfigError
-    from genrec.training.trainer import check_train_config
+    from genrec.training.fit import check_train_config
 
     for override, message in [("trainer.max_epochs=abc", "trainer.max_epochs: got 'abc', expected an integer"),
                               ("+trainer.max_epoch=3", "trainer.max_epoch: not an argument of lightning.Trainer"),

@@ -21,7 +21,7 @@ from genrec.models.sasrec import SASRec
 from genrec.stream.exports import HotExporter, dense_histories
 from genrec.stream.learner import Learner
 from genrec.training.builders import load_run
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 
 
 def _model() -> SequentialRecommender:

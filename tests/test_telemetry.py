@@ -16,7 +16,7 @@ from genrec.data.batch import TrainSequences
 from genrec.data.datamodule import load_dataset
 from genrec.training.builders import build_datamodule, build_task
 from genrec.training.telemetry import PARTS, Telemetry, counter_modules, format_summary
-from genrec.training.trainer import build_trainer
+from genrec.training.fit import build_trainer
 from tests.conftest import TINY_RUN
 
 DELAY = 0.04  # seconds added to one part of every step

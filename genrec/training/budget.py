@@ -25,7 +25,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from genrec.errors import ConfigError
 from genrec.eval.metrics import evaluate
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 from genrec.utils.provenance import write_json
 
 #: the file the curve is written to, in the run folder

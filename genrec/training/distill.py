@@ -24,7 +24,7 @@ from genrec.models.distill import distillation_loss, item_distillation_loss, lev
 from genrec.models.generative import GenerativeRecommender
 from genrec.models.recommender import SequentialRecommender
 from genrec.training.generative import GenerativeTask, global_mean
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 
 
 @dataclass(frozen=True)

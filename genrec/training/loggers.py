@@ -11,7 +11,7 @@ without a partial row.
 **Trackers** (MLflow, Weights & Biases): when training starts, :class:`TrackerRuns` writes ``<run>/trackers.json``,
 for every logger that can continue its run, the keyword arguments that make a new logger continue it (MLflow: the
 run ID and the absolute tracking URI; W&B: the run ID with ``resume="allow"``); a resumed run's loggers are built
-with them (:func:`genrec.training.trainer.build_loggers`). On a new run it also logs the run's resolved config to
+with them (:func:`genrec.training.fit.build_loggers`). On a new run it also logs the run's resolved config to
 every logger as hyperparameters (not on a resume: MLflow refuses to change a logged parameter).
 """
 from __future__ import annotations

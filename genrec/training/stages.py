@@ -31,7 +31,7 @@ from genrec.models.recommender import SequentialRecommender
 from genrec.training.align import AlignConfig, AlignTask
 from genrec.training.distill import DistillConfig, DistillTask, RetrievalDistillTask
 from genrec.training.generative import GenerativeTask
-from genrec.training.module import PipelinedRetrievalTask, RetrievalTask
+from genrec.training.retrieval import PipelinedRetrievalTask, RetrievalTask
 from genrec.training.task import RecommenderTask
 from genrec.trust import resolve_target
 

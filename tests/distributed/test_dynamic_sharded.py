@@ -18,7 +18,7 @@ from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
 from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 from tests.distributed.ranks import close_group, spawn_ranks
 from tests.distributed.test_sharded_training import make_batch, rank_sequences
 

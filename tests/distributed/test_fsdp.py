@@ -19,7 +19,7 @@ from genrec.models.backbones import HFVocabLM
 from genrec.models.sid_generator import SIDGenerator
 from genrec.training.fsdp import FSDPStrategy, is_sharded, shard_generator
 from genrec.training.generative import GenerativeTask
-from genrec.training.trainer import trainer_arguments
+from genrec.training.fit import trainer_arguments
 from tests.distributed.ranks import close_group, spawn_ranks
 from tests.generative.helpers import eval_batch, make_table, train_batch
 

@@ -30,7 +30,7 @@ from genrec.models.hstu import HSTU
 from genrec.models.losses import FullSoftmaxLoss, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 from tests.distributed.ranks import close_group, spawn_ranks
 
 WORLD, DIM, STEPS, TOLERANCE = 2, 16, 5, 1e-6
@@ -204,8 +204,8 @@ def _train_config(*overrides: str):
 
 def test_the_config_switch_builds_the_pipelined_task_and_refuses_what_it_cannot_pipeline(tmp_path):
     from genrec.training.builders import build_task
-    from genrec.training.module import PipelinedRetrievalTask
-    from genrec.training.trainer import trainer_arguments
+    from genrec.training.retrieval import PipelinedRetrievalTask
+    from genrec.training.fit import trainer_arguments
 
     cfg = _train_config()
     task = build_task(cfg, num_items=50)

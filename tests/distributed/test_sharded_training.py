@@ -22,7 +22,7 @@ from genrec.embedding import ItemEmbedding
 from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 from tests.distributed.ranks import close_group, spawn_ranks
 
 pytestmark = pytest.mark.dist

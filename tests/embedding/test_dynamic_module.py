@@ -20,7 +20,7 @@ from genrec.models.hstu import HSTU
 from genrec.models.losses import FullSoftmaxLoss, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
 from genrec.models.sasrec import SASRec
-from genrec.training.module import RetrievalTask
+from genrec.training.retrieval import RetrievalTask
 
 NUM_ITEMS, DIM, INIT_STD, SPARSE_LR = 30, 16, 0.2, 0.05
 
