@@ -83,17 +83,39 @@ def test_no_checkpoint_is_read_as_code():
                 assert keywords.get("weights_only") == "True", f"{path}:{node.lineno}"
 
 
-@pytest.mark.timeout(900)
-def test_a_built_wheel_trains_from_any_directory(tmp_path):
-    source = tmp_path / "source"  # only what the package is built from (no .git, runs, caches)
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """genrec built as a wheel from only what the package is built from (no .git, runs, caches)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source)
     for name in ("genrec", "kernels"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(tmp_path / "wheels"), str(source)], check=True, timeout=600)
-    (wheel,) = (tmp_path / "wheels").glob("genrec-*.whl")
+                    "--wheel-dir", str(tmp / "wheels"), str(source)], check=True, timeout=600)
+    (built,) = (tmp / "wheels").glob("genrec-*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_module_config_and_data_file(wheel):
+    """Every source and data file the package needs at run time (configs, the report's script and style sheet, the C
+    and CUDA sources compiled on first use) is in the wheel; installing it and training from another folder is the
+    slow test below."""
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    needed = [p.relative_to(ROOT).as_posix() for p in (ROOT / "genrec").rglob("*")
+              if p.suffix in (".py", ".yaml", ".js", ".css", ".c") and "__pycache__" not in p.parts]
+    needed += [p.relative_to(ROOT / "kernels").as_posix() for p in (ROOT / "kernels").rglob("*")
+               if p.suffix in (".py", ".cu", ".cpp") and "__pycache__" not in p.parts]
+    assert "genrec/conf/train.yaml" in needed and [n for n in needed if n not in names] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_built_wheel_trains_from_any_directory(wheel, tmp_path):
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
