@@ -3,12 +3,20 @@
 Without a GPU, the kernel tests (tests/kernels) run Triton on CPU tensors through Triton's interpreter, which needs
 ``TRITON_INTERPRET=1`` before triton is first imported (lightning imports it): hence first thing here. It changes
 nothing else: the attention switch's ``auto`` chooses Triton on CUDA tensors only.
+
+Every test process computes on one thread (``OMP_NUM_THREADS=1``, inherited by the CLIs a test starts): the suite
+runs one worker per core (pytest-xdist), and the tests' tiny tensors lose far more to threads waiting for each other
+than they gain (a 150-step toy training: 1 s on one thread, 46 s on two beside another worker).
 """
 import importlib.util
 import os
 from pathlib import Path
 
-import torch
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
