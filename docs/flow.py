@@ -16,11 +16,11 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 OUT = Path(__file__).resolve().parent / "flow.svg"
 BATCH, STREAM, EDGE = "#e8f0fb", "#fdf0e2", "#44546a"
 
-#: (x, y, width, title, command, lines) of every box; y is the box's bottom edge.
-STEP, WIDTH = 2.15, 1.95  # the top row: box i starts at 0.1 + i * STEP
+STEP, WIDTH, HEIGHT = 2.15, 1.95, 1.25  # box i of a row starts at column(i); sizes in axis units
 
 
 def column(i: int) -> float:
+    """The left edge of the i-th box of a row."""
     return 0.1 + i * STEP
 
 
@@ -46,10 +46,10 @@ BOXES = {
     "hot": (column(5), 0.25, WIDTH, "hot exports", "export.every_events",
             ["versioned exports", "with row deltas"]),
 }
-HEIGHT = 1.25
 
 
 def box(ax, x, y, width, title, command, lines, colour):
+    """A rounded box: a bold title, the command or package in monospace, then short lines."""
     ax.add_patch(FancyBboxPatch((x, y), width, HEIGHT, boxstyle="round,pad=0.02,rounding_size=0.08",
                                 facecolor=colour, edgecolor=EDGE, linewidth=1.2))
     middle = x + width / 2
@@ -61,6 +61,7 @@ def box(ax, x, y, width, title, command, lines, colour):
 
 
 def arrow(ax, start, end, label=None, bend=0.0, label_at=None):
+    """An arrow from ``start`` to ``end`` (curved by ``bend``), with an optional italic label at ``label_at``."""
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, linewidth=1.3, color=EDGE,
                                  connectionstyle=f"arc3,rad={bend}", shrinkA=2, shrinkB=2))
     if label:
