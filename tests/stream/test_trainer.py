@@ -220,7 +220,7 @@ def test_hot_exports_are_versioned_with_deltas(tmp_path, stream_files):
     ("loss@model.loss=full", "model.loss: the full softmax scores every item ID"),
     ("embedding@model.embedding=static", "model.embedding: the stream trainer keys items by raw ID"),
     ("stream.schema.event_types=[click]", "stream.schema.event_types: needs the event-type field"),
-    ("model.embedding.prefetch_depth=1", "model.embedding.prefetch_depth: genrec-stream maps each step's IDs"),
+    ("model.embedding.prefetch_depth=1", "model.embedding.prefetch_depth: genrec-stream draws each step's negatives"),
 ])
 def test_bad_config_values_name_their_key(tmp_path, override, message):
     cfg = compose_stream([o for o in TINY if "loss" not in o] + [f"source.path={tmp_path}", override])
