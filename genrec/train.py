@@ -45,6 +45,7 @@ from genrec.training.tables import check_table_config, close_tables
 from genrec.training.telemetry import Telemetry, format_summary
 from genrec.training.fit import build_trainer, check_train_config
 from genrec.utils.provenance import provenance, write_json
+from genrec.utils.results import write_result
 
 log = logging.getLogger("genrec.train")
 
@@ -236,7 +237,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         plot_curves(csv_log, run_dir / "curves.png")
     results = results_file(cfg)
     if results:
-        write_json(results, {"name": cfg.results_name, **metrics})
+        write_result(results, "train_run", {"name": cfg.results_name, **metrics})
 
     if metrics["telemetry"]:
         print("\n" + format_summary(metrics["telemetry"]))

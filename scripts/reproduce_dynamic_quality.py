@@ -417,10 +417,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("lightning").setLevel(logging.ERROR)
     from genrec.conf import compose_config
-    from genrec.utils.provenance import provenance, write_json
+    from genrec.utils.provenance import provenance
+    from genrec.utils.results import load_result, write_result
 
     out_path = Path(args.out)
-    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results = load_result(out_path) if out_path.exists() else {}
     results.update({"kind": "dynamic_quality", "dataset": "ml100k", "quick": args.quick, "seeds": args.seeds,
                     "max_len": MAX_LEN, "row_optimizer": ROW_OPTIMIZER, "common_overrides": COMMON,
                     "machine_note": "2 cores shared with other engineers' jobs; one torch thread per run"})
@@ -436,7 +437,7 @@ def main() -> None:
                  "adapt_epochs": 1, "adapt_batch_size": 32}
         results["new_items"] = {"sizes": sizes, "runs": [run_new_items(s, sizes) for s in args.seeds],
                                 "commit": provenance()["commit"]}
-    write_json(out_path, {**results, **provenance()})
+    write_result(out_path, "dynamic_quality", {**results, **provenance()})
     log(f"wrote {out_path}")
 
 

@@ -17,6 +17,7 @@ import optuna  # noqa: E402
 from optuna.trial import FrozenTrial, TrialState  # noqa: E402
 
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
+from genrec.utils.results import write_result  # noqa: E402
 
 #: the parts of a run's metrics.json the summary keeps for the best trial
 RUN_FIELDS = ("dataset", "model", "seed", "protocol", "metrics", "baselines", "best_epoch", "epochs_run",
@@ -79,5 +80,5 @@ def write_summary(study: optuna.Study, folder: Path, settings: dict, results: Pa
                "plots": _plots(study, folder, importances), **provenance()}
     write_json(folder / "summary.json", summary)
     if results is not None:
-        write_json(results, summary)
+        write_result(results, "hparams_search", summary)
     return summary

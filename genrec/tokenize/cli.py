@@ -29,6 +29,7 @@ from genrec.tokenize.health import health_report, plot_health, plot_training
 from genrec.tokenize.quantizer import Quantizer
 from genrec.tokenize.sid_table import PAD_CODE, SIDTable
 from genrec.utils.provenance import provenance, write_json
+from genrec.utils.results import write_result
 
 log = logging.getLogger("genrec.tokenize")
 
@@ -115,7 +116,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     }
     write_json(run_dir / "metrics.json", metrics)
     if results:
-        write_json(results, {"name": cfg.results_name, **metrics})
+        write_result(results, "tokenize", {"name": cfg.results_name, **metrics})
 
     before, after = health["collisions_before"], health["collisions_after"]
     print(f"\nSID table of {data.name} ({data.num_items} items, {cfg.encoder.name} embeddings {x.shape[1]}-d, "
