@@ -87,11 +87,7 @@ def check_checkpoint(path: str | Path, run_id: str | None) -> dict[str, Any]:
             log.warning("%s holds no manifest (written by an older genrec): its run and content are not checked",
                         path)
         return _load(path / META_FILE)
-    if path.is_dir():
-        raise DataError(path, "a folder that is not a distributed checkpoint (no .metadata)")
-    checkpoint = _load(path, mmap=True)
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise DataError(path, "not a Lightning checkpoint (no state_dict)")
+    checkpoint = _lightning_checkpoint(path)
     sealed = checkpoint.pop(SEAL_KEY, None)
     if sealed is None:
         if run_id is not None:
@@ -113,12 +109,17 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if is_distributed_checkpoint(path):
         return _load(path / META_FILE)
+    return {k: v for k, v in _lightning_checkpoint(path).items() if k != "state_dict"}
+
+
+def _lightning_checkpoint(path: Path) -> dict[str, Any]:
+    """A Lightning checkpoint file, memory-mapped (its tensors are read only when used)."""
     if path.is_dir():
         raise DataError(path, "a folder that is not a distributed checkpoint (no .metadata)")
     checkpoint = _load(path, mmap=True)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise DataError(path, "not a Lightning checkpoint (no state_dict)")
-    return {k: v for k, v in checkpoint.items() if k != "state_dict"}
+    return checkpoint
 
 
 def save_distributed(path: str | Path, state: dict[str, Any], meta: dict[str, Any], is_rank_zero: bool) -> None:
