@@ -38,16 +38,20 @@ MISS = 2**40
 def ranks_of(scores: np.ndarray | torch.Tensor, targets: np.ndarray, seen: list[np.ndarray]) -> torch.Tensor:
     """``scores (M, C)`` over the candidate columns, ``targets (M,)`` columns (``-1``: not a candidate), ``seen``:
     each target's context columns (removed) -> ``(M,)`` 0-based ranks, :data:`MISS` for a target that is no
-    candidate, was removed or scores ``-inf`` (pass ``num_items=MISS`` to ``RankingMetrics.update``)."""
+    candidate, was removed or scores ``-inf`` (pass ``num_items=MISS`` to ``RankingMetrics.update``). ``scores`` may
+    be overwritten (the context's columns set to ``-inf``)."""
     scores = torch.as_tensor(scores, dtype=torch.float32)
     m, c = scores.shape
-    full = torch.full((m, c + 1), float("-inf"))
-    full[:, :c] = scores
-    for row, columns in enumerate(seen):
-        columns = columns[columns >= 0]
-        full[row, torch.from_numpy(columns)] = float("-inf")
-    ranks = target_ranks(full, torch.from_numpy(np.where(targets >= 0, targets, c)))
-    return torch.where(ranks == c + 1, torch.full_like(ranks, MISS), ranks)
+    if c == 0:
+        return torch.full((m,), MISS, dtype=torch.int64)
+    lengths = np.fromiter((len(s) for s in seen), dtype=np.int64, count=len(seen))
+    columns = np.concatenate(seen).astype(np.int64) if len(seen) else np.zeros(0, dtype=np.int64)
+    rows = np.repeat(np.arange(len(seen)), lengths)
+    known = columns >= 0
+    scores[torch.from_numpy(rows[known]), torch.from_numpy(columns[known])] = float("-inf")
+    candidate = torch.from_numpy(targets >= 0)
+    ranks = target_ranks(scores, torch.from_numpy(np.maximum(targets, 0)))  # c where the target scores -inf
+    return torch.where(candidate & (ranks < c), ranks, torch.full_like(ranks, MISS))
 
 
 class Prequential:
