@@ -70,7 +70,7 @@ def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> None:
 
 def check_config(cfg: DictConfig) -> None:
     """Everything checkable before the model is built or the source opened."""
-    for key in ("stream.batch_size", "stream.max_len", "checkpoint.keep"):
+    for key in ("stream.batch_size", "stream.step_targets", "stream.max_len", "checkpoint.keep"):
         _positive(cfg, key)
     for key in ("checkpoint.every_events", "export.every_events", "export.every_seconds", "export.keep",
                 "stream.log_every_events", "prequential.window_events", "prequential.window_seconds"):

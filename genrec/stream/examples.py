@@ -55,6 +55,60 @@ class Examples:
     def num_targets(self) -> int:
         return len(self.target_events)
 
+    def steps(self, max_targets: int) -> list["Step"]:
+        """The sequences in training steps of at most ``max_targets`` targets each (a sequence is never split: one
+        with more targets is a step of its own), shortest sequences first: a step's tensors are padded to its
+        longest sequence, so similar lengths together pad least. Every target is in exactly one step."""
+        offsets = self.batch.offsets.numpy()
+        lengths = offsets[1:] - offsets[:-1]
+        masked = np.concatenate([[0], np.cumsum(self.mask.numpy(), dtype=np.int64)])
+        targets = masked[offsets[1:]] - masked[offsets[:-1]]  # (B,) per sequence
+        order = np.argsort(lengths, kind="stable")
+        groups, group, count = [], [], 0
+        for b in order.tolist():
+            if group and count + targets[b] > max_targets:
+                groups.append(group)
+                group, count = [], 0
+            group.append(b)
+            count += int(targets[b])
+        if group:
+            groups.append(group)
+        return [Step.of(self.batch, self.mask, masked, np.asarray(g)) for g in groups]
+
+
+@dataclass
+class Step:
+    """One training step's share of a micro-batch (``n`` positions, ``m`` targets).
+
+    Attributes:
+        batch: some of the micro-batch's sequences (the fields :func:`build_examples` fills).
+        mask: ``(n,)`` bool, their target positions.
+        targets: ``(m,)`` each target's index among the micro-batch's targets (their order in ``Examples.mask``).
+    """
+
+    batch: JaggedBatch
+    mask: torch.Tensor
+    targets: torch.Tensor
+
+    @property
+    def num_targets(self) -> int:
+        return len(self.targets)
+
+    @classmethod
+    def of(cls, batch: JaggedBatch, mask: torch.Tensor, masked: np.ndarray, sequences: np.ndarray) -> "Step":
+        """The ``sequences (k,)`` of ``batch`` with their part of ``mask (N,)``; ``masked (N + 1,)`` counts the
+        targets before every position."""
+        offsets = batch.offsets.numpy()
+        lengths = offsets[sequences + 1] - offsets[sequences]
+        starts = np.repeat(offsets[sequences] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        at = torch.from_numpy(starts + np.arange(lengths.sum()))  # (n,) positions in the micro-batch
+        step_mask = mask[at]
+        part = JaggedBatch(item_ids=batch.item_ids[at], target_ids=batch.target_ids[at],
+                           offsets=torch.from_numpy(np.concatenate([[0], lengths.cumsum()])),
+                           user_ids=batch.user_ids[torch.from_numpy(sequences)], timestamps=batch.timestamps[at],
+                           query_timestamps=batch.query_timestamps[at])
+        return cls(part, step_mask, torch.from_numpy(masked[:-1])[at][step_mask])
+
 
 def build_examples(events: Events, users: np.ndarray, lengths: np.ndarray, items: np.ndarray, times: np.ndarray,
                    max_len: int) -> Examples:

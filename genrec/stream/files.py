@@ -190,11 +190,11 @@ class DirectorySource(Source):
             self._row_counts[name] = self._file.rows
         return self._file
 
-    def read(self, max_records: int) -> Records:
+    def read(self, max_records: int, wait: bool = True) -> Records:
         names = self._refresh()
         parts: list[tuple[_File, int, int]] = []
         wanted = max_records
-        deadline = time.monotonic() + self.poll_seconds
+        deadline = time.monotonic() + (self.poll_seconds if wait else 0.0)
         while wanted > 0:
             if self._offset is not None and (self.path / self._offset["file"]).exists():
                 file = self._open(self._offset["file"])

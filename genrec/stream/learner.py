@@ -19,7 +19,7 @@ from genrec.embedding.dynamic import DynamicItemEmbedding, DynamicTable
 from genrec.errors import ConfigError
 from genrec.models.losses import Draw, SampledSoftmaxLoss
 from genrec.models.recommender import SequentialRecommender
-from genrec.stream.examples import Examples
+from genrec.stream.examples import Examples, Step
 from genrec.training.task import parameter_groups
 
 
@@ -57,11 +57,14 @@ class Learner:
         return self.embedding.local_table
 
     @torch.no_grad()
-    def queries(self, examples: Examples) -> torch.Tensor:
-        """``(M, D)`` the query vector of every target (eval mode: no dropout, the table only read)."""
+    def queries(self, examples: Examples, max_targets: int) -> torch.Tensor:
+        """``(M, D)`` the query vector of every target (eval mode: no dropout, the table only read), normalised for
+        cosine; encoded in the groups of sequences of the training steps (at most ``max_targets`` targets each)."""
         self.model.eval()
-        states = self.model.encode(examples.batch)  # (N, D), normalised for cosine
-        return states[examples.mask]
+        out = torch.empty(examples.num_targets, self.model.encoder.dim)
+        for step in examples.steps(max_targets):
+            out[step.targets] = self.model.encode(step.batch)[step.mask]
+        return out
 
     @torch.no_grad()
     def item_vectors(self, ids: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
@@ -70,18 +73,18 @@ class Learner:
         has_row = self.table.index.find(np.asarray(ids, dtype=np.int64)) >= 0
         return self.model.similarity.prepare(self.table.read(ids)), has_row
 
-    def draw(self, examples: Examples) -> Draw:
+    def draw(self, examples: Examples | Step) -> Draw:
         """Uniform negatives for ``examples``: from the rows in tier 0 and the batch's own items."""
         batch = examples.batch
         pool = torch.from_numpy(np.concatenate([resident_ids(self.table), np.unique(batch.item_ids.numpy()),
                                                 np.unique(batch.target_ids[examples.mask].numpy())]))
         return lambda count: pool[torch.randint(0, len(pool), (count,))]
 
-    def loss_of(self, examples: Examples) -> torch.Tensor:
+    def loss_of(self, examples: Examples | Step) -> torch.Tensor:
         """The training loss at the masked positions of ``examples`` (the recommender's own ``training_loss``)."""
         return self.model.training_loss(examples.batch, self.loss, examples.mask, self.draw(examples))
 
-    def train(self, examples: Examples, event_time: int | None = None) -> float:
+    def train(self, examples: Examples | Step, event_time: int | None = None) -> float:
         """One step on the targets of ``examples``: :meth:`loss_of`, the table's fused update and AdamW on the
         dense parameters. Returns the loss."""
         if examples.num_targets == 0:

@@ -26,8 +26,10 @@ def user_sequences(frame: pd.DataFrame, user: str = "user_id", item: str = "item
 
 def train_offline(learner: Learner, sequences: list[tuple[np.ndarray, np.ndarray]], epochs: int, batch_users: int,
                   max_len: int, seed: int, first_epoch: int = 0) -> dict[str, float]:
-    """Train ``epochs`` epochs over ``sequences``; returns the targets trained and the seconds it took."""
-    started, targets = time.perf_counter(), 0
+    """Train ``epochs`` epochs over ``sequences``; returns the targets trained, the steps, the input positions they
+    encoded, and the seconds (wall and the process's CPU) it took."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    done = {"targets": 0, "steps": 0, "positions": 0}
     for epoch in range(first_epoch, first_epoch + epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(sequences))
         for start in range(0, len(order), batch_users):
@@ -35,5 +37,7 @@ def train_offline(learner: Learner, sequences: list[tuple[np.ndarray, np.ndarray
             examples = sequence_examples(batch, max_len)
             if examples.num_targets:
                 learner.train(examples, int(max(s[1].max() for s in batch)))
-                targets += examples.num_targets
-    return {"targets": targets, "seconds": time.perf_counter() - started}
+                done["targets"] += examples.num_targets
+                done["steps"] += 1
+                done["positions"] += len(examples.batch.item_ids)
+    return {**done, "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu_started}

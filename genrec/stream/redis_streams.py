@@ -85,7 +85,7 @@ class RedisStreamSource(Source):
         reply = self.client.xreadgroup(self.group, self.consumer, {self.stream: after}, count=count, block=block)
         return reply[0][1] if reply else []
 
-    def read(self, max_records: int) -> Records:
+    def read(self, max_records: int, wait: bool = True) -> Records:
         entries: list[tuple[str, dict | None]] = []
         while self._pending_after is not None and len(entries) < max_records:
             page = self._read_group(self._pending_after, max_records - len(entries), None)
@@ -99,7 +99,8 @@ class RedisStreamSource(Source):
             entries += [(e, fields) for e, fields in page
                         if self._skip_through is None or entry_key(e) > self._skip_through]
         if self._pending_after is None and len(entries) < max_records:
-            entries += self._read_group(">", max_records - len(entries), None if entries else self.block_ms)
+            entries += self._read_group(">", max_records - len(entries),
+                                        self.block_ms if wait and not entries else None)
         return self._records(entries)
 
     def _records(self, entries: list[tuple[str, dict | None]]) -> Records:

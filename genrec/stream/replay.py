@@ -55,7 +55,7 @@ class ReplaySource(Source):
     def restore(self, offset: int | None) -> None:
         self.position = int(offset or 0)
 
-    def read(self, max_records: int) -> Records:
+    def read(self, max_records: int, wait: bool = True) -> Records:
         start, stop = self.position, min(self.position + max_records, len(self.frame))
         self.position = stop
         part = self.frame.iloc[start:stop].reset_index(drop=True)

@@ -34,9 +34,10 @@ class Source:
         """Continue after ``offset`` (a checkpoint's ``Records.end``; ``None``: from the start)."""
         raise NotImplementedError
 
-    def read(self, max_records: int) -> Records:
+    def read(self, max_records: int, wait: bool = True) -> Records:
         """Up to ``max_records`` records that are available now, in stream order (possibly none: then
-        ``Records.end`` is the current read position). Never waits longer than the source's poll timeout."""
+        ``Records.end`` is the current read position). When none is, waits for some up to the source's poll
+        timeout (``wait``), or not at all."""
         raise NotImplementedError
 
     def commit(self, offset: Any) -> None:

@@ -1,7 +1,8 @@
-"""The streaming trainer: micro-batches of events from a source -> prequential evaluation -> a training step on the
+"""The streaming trainer: micro-batches of events from a source -> prequential evaluation -> training steps on the
 dynamic item table -> state updates; checkpoints with exactly-once semantics; versioned hot exports.
 
-One micro-batch (``batch_size`` records, fewer only when the source has no more for now):
+One micro-batch (``batch_size`` records, fewer only when the source has no more for now: the trainer waits for
+records only while it has none, so a backlog is consumed in full micro-batches):
 
 1. read the records (the source's offset after them is the batch's end offset);
 2. reject what cannot be trained — malformed records, unknown event types, event IDs seen before, events older
@@ -10,8 +11,11 @@ One micro-batch (``batch_size`` records, fewer only when the source has no more 
    sequence per user: history + the user's new events, the new events being the targets
    (:mod:`genrec.stream.examples`);
 4. rank every target with the current model and the online baselines (:mod:`genrec.stream.prequential`);
-5. train on the targets (:class:`~genrec.stream.learner.Learner`: admission of new items into the dynamic table,
-   eviction of stale ones, the fused row update, AdamW on the rest);
+5. train on the targets in steps of at most ``step_targets`` targets, each sequence whole in one step, shortest
+   first (:meth:`~genrec.stream.examples.Examples.steps`), with offline training's step
+   (:class:`~genrec.stream.learner.Learner`: admission of new items into the dynamic table, eviction of stale ones,
+   the fused row update, AdamW on the rest). A user's kept history is encoded once per micro-batch as the context of
+   its new events: the larger the micro-batch, the fewer times per event;
 6. write the new histories, the accepted event IDs and the baselines' counts.
 
 Exactly-once: every ``checkpoint.every_events`` records (and at the end) the whole state — model, optimizer, table,
@@ -96,14 +100,17 @@ def release_free_memory() -> None:
 
 #: glibc's mallopt parameters (malloc.h) and the values the trainer sets (see :func:`bound_heap`)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-HEAP_SETTINGS = {_M_ARENA_MAX: 2, _M_MMAP_THRESHOLD: 128 << 10, _M_TRIM_THRESHOLD: 128 << 10}
+HEAP_SETTINGS = {_M_ARENA_MAX: 2, _M_MMAP_THRESHOLD: 1 << 20, _M_TRIM_THRESHOLD: 128 << 10}
 
 
 def bound_heap() -> None:
     """Keep glibc's heap from growing with a long run (nothing elsewhere): at most 2 malloc arenas, blocks of
-    128 KiB and more mapped on their own (returned to the OS when freed; glibc otherwise raises this threshold as
+    1 MiB and more mapped on their own (returned to the OS when freed; glibc otherwise raises this threshold as
     large blocks are freed and serves them from the heap, where they fragment), the heap's top trimmed past
-    128 KiB. Set once, by the trainer, for the whole process."""
+    128 KiB. Set once, by the trainer, for the whole process. The threshold is a trade: every mapped block is
+    fresh memory, zeroed page by page by the kernel when first touched; at 128 KiB the training step's activations
+    (a micro-batch's ``(B, L, D)`` tensors are mostly 0.1-1 MiB) were all mapped and the step took 1.6x its CPU
+    time (scripts/bench_stream.py's SASRec)."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         for parameter, value in HEAP_SETTINGS.items():
             _LIBC.mallopt(parameter, value)
@@ -155,6 +162,7 @@ class StreamTrainer:
         s = cfg.stream
         self.schema = EventSchema.build(s.schema)
         self.batch_size, self.max_len = int(s.batch_size), int(s.max_len)
+        self.step_targets = int(s.get("step_targets", s.batch_size))  # a run started before the key: one step
         self.train = bool(s.train)
         self.checkpoints = Checkpoints(self.run_dir / "checkpoints", int(cfg.checkpoint.keep))
         live = self.run_dir / "live"
@@ -178,7 +186,7 @@ class StreamTrainer:
         self.exporter = HotExporter(self.run_dir / "exports", model_name, e.indexes, e.default_index, int(e.keep),
                                     e.parity) \
             if (e.every_events or e.every_seconds) else None
-        self.counts = {"records": 0, "accepted": 0, "targets": 0, "cold": 0, "steps": 0,
+        self.counts = {"records": 0, "accepted": 0, "targets": 0, "cold": 0, "steps": 0, "positions": 0,
                        **{f"rejected_{r}": 0 for r in REASONS}}
         self.offset: Any = None
         self.event_time = 0
@@ -188,7 +196,7 @@ class StreamTrainer:
         self._interval = {"loss": 0.0, "steps": 0, "lag_sum": 0.0, "lag_max": 0.0, "lag_n": 0, "started": 0.0,
                           "records": 0}
         self._recent: JaggedBatchSample | None = None
-        self.started = time.time()
+        self.started, self.cpu_started = time.time(), time.process_time()
         self.records_at_start = 0
 
     def _metric_names(self) -> list[str]:
@@ -212,7 +220,8 @@ class StreamTrainer:
             self.checkpoint()  # the starting point: a crash before the first batch starts over from here
         elif self.export_state["pending"] is not None:
             self._export(restored)  # the checkpoint was taken for an export that may not have finished
-        self.started, self.records_at_start = time.time(), self.counts["records"]
+        self.started, self.cpu_started = time.time(), time.process_time()
+        self.records_at_start = self.counts["records"]
         self._interval.update(started=time.time(), records=self.counts["records"])
         s = self.cfg.stream
         max_events = s.max_events
@@ -234,10 +243,12 @@ class StreamTrainer:
         return self.finish()
 
     def read(self, want: int) -> Records:
-        """Up to ``want`` records: reads until that many or the source has no more for now."""
+        """Up to ``want`` records: reads until that many or the source has no more for now, waiting (up to the
+        source's poll timeout) only while it has none: a backlog is read in full micro-batches, a stream the trainer
+        keeps up with in what has arrived."""
         parts, got = [], 0
         while got < want:
-            part = self.source.read(want - got)
+            part = self.source.read(want - got, wait=not parts)
             if len(part) == 0:
                 if not parts:
                     self.offset = part.end if part.end is not None else self.offset
@@ -263,11 +274,12 @@ class StreamTrainer:
             if self.prequential is not None and examples.num_targets:
                 self._predict(events, examples)
             batch_time = int(events.times.max())
-            loss = self.learner.train(examples, batch_time) if self.train else float("nan")
-            if examples.num_targets and self.train:
-                self.counts["steps"] += 1
-                self._interval["loss"] += loss
-                self._interval["steps"] += 1
+            if self.train and examples.num_targets:
+                for part in examples.steps(self.step_targets):
+                    self._interval["loss"] += self.learner.train(part, batch_time)
+                    self._interval["steps"] += 1
+                    self.counts["steps"] += 1
+                    self.counts["positions"] += len(part.batch.item_ids)
             self._update_state(events, examples)
             self.event_time = max(self.event_time, batch_time)
             if events.arrival is not None and len(events.arrival):
@@ -318,7 +330,7 @@ class StreamTrainer:
             times >= self.prequential.from_time
         if not ranked.any():
             return
-        queries = self.learner.queries(examples)[torch.from_numpy(ranked)]  # (M, D)
+        queries = self.learner.queries(examples, self.step_targets)[torch.from_numpy(ranked)]  # (M, D)
         candidates = self.items.ids  # (C,)
         targets = events.items[examples.target_events[ranked]]
         target_columns = self.items.columns(targets)
@@ -479,7 +491,8 @@ class StreamTrainer:
         self.seen.restore(path / "events")
         for name, f in self._files().items():
             f.truncate(state["files"].get(name, 0))
-        self.counts, self.offset, self.event_time = dict(state["counts"]), state["offset"], state["event_time"]
+        self.counts.update(state["counts"])  # a checkpoint older than a counter leaves it at 0
+        self.offset, self.event_time = state["offset"], state["event_time"]
         self.dead.counts = dict(state["dead_letter_counts"])
         self.export_state = dict(state["export"])
         self.items.load(state["items"].numpy())
@@ -533,7 +546,7 @@ class StreamTrainer:
         """The final checkpoint, the incomplete windows, the plot and ``metrics.json``."""
         if self.last_checkpoint != self.counts["records"]:
             self.checkpoint()
-        seconds = time.time() - self.started
+        seconds, cpu_seconds = time.time() - self.started, time.process_time() - self.cpu_started
         if self.counts["records"] - self._interval["records"] > 0:
             self.log_row()
         if self.prequential is not None:
@@ -541,7 +554,8 @@ class StreamTrainer:
             plot_prequential(self.preq_csv.path, self.run_dir / "prequential.png")
         consumed = self.counts["records"] - self.records_at_start
         summary = {"counts": dict(self.counts), "offset": self.offset, "event_time": self.event_time,
-                   "seconds": round(seconds, 2), "records_per_s": consumed / seconds if seconds > 0 else None,
+                   "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
+                   "records_per_s": consumed / seconds if seconds > 0 else None,
                    "records_this_process": consumed, "peak_rss_mib": peak_rss_bytes() / 2**20,
                    "item_table": self.learner.table.counters(),
                    "prequential": self.prequential.summary() if self.prequential is not None else None,

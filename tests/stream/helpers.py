@@ -19,10 +19,10 @@ from genrec.data.synthetic import generate_synthetic
 from genrec.embedding.dynamic.store import open_store
 from genrec.stream.replay import event_frame
 
-#: a tiny model and fast checkpoints (HSTU-free defaults of the stream tests)
+#: a tiny model and fast checkpoints (HSTU-free defaults of the stream tests); micro-batches in several steps
 TINY = ["model.dim=16", "model.encoder.num_layers=1", "data.max_len=12", "stream.batch_size=64",
-        "stream.stop_when_idle=true", "stream.log_every_events=500", "checkpoint.every_events=256",
-        "model.loss.num_negatives=16", "prequential.window_events=200", "threads=1"]
+        "stream.step_targets=24", "stream.stop_when_idle=true", "stream.log_every_events=500",
+        "checkpoint.every_events=256", "model.loss.num_negatives=16", "prequential.window_events=200", "threads=1"]
 
 
 def tiny_events(users: int = 120, items: int = 80, seed: int = 0) -> pd.DataFrame:

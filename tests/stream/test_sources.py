@@ -4,6 +4,8 @@ crash, those up to a checkpoint's offset acknowledged without being read again),
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import numpy as np
 import pandas as pd
@@ -13,6 +15,7 @@ from genrec.stream.events import EventSchema
 from genrec.stream.files import DirectorySource, count_rows, write_event_files
 from genrec.stream.redis_streams import RedisStreamSource, publish
 from genrec.stream.replay import ReplaySource, event_frame
+from genrec.stream.trainer import StreamTrainer
 from tests.stream.helpers import tiny_events
 
 SCHEMA = EventSchema()
@@ -146,3 +149,27 @@ def test_redis_deleted_pending_entry_is_malformed(redis_server):
     records = restarted.read(10)
     assert records.positions == ids and records.broken == {
         0: ("malformed", "the entry was deleted from the stream before it was acknowledged")}
+
+
+@pytest.mark.parametrize("kind", ["files", "redis"])
+def test_the_trainer_waits_for_records_only_while_it_has_none(tmp_path, kind, request):
+    """A backlog smaller than a micro-batch is read at once, without waiting for more (before: one more read that
+    waited the whole poll timeout); with nothing there, the read waits the timeout."""
+    frame = tiny_events(users=10, items=20).iloc[:50]
+    if kind == "files":
+        write_event_files(frame, tmp_path / "events", 20, "parquet")
+        source = DirectorySource(str(tmp_path / "events"), poll_seconds=3.0)
+    else:
+        server = request.getfixturevalue("redis_server")
+        publish(server.client, "wait", frame)
+        source = RedisStreamSource(server.url, "wait", block_ms=3000)
+    source.bind(SCHEMA, str(tmp_path))
+    source.restore(None)
+    trainer = types.SimpleNamespace(source=source, offset=None)
+    started = time.monotonic()
+    assert len(StreamTrainer.read(trainer, 256)) == 50
+    assert time.monotonic() - started < 1.5
+    started = time.monotonic()
+    assert len(StreamTrainer.read(trainer, 256)) == 0
+    assert time.monotonic() - started >= 2.9
+    source.close()

@@ -131,6 +131,64 @@ def test_examples_match_the_definition_one_user_at_a_time(seed):
     assert ex.num_targets == n - len(cold) and len(cold) == (lengths[np.isin(users, events.users)] == 0).sum()
 
 
+@pytest.mark.parametrize("max_targets", [1, 3, 7, 40, 10**6])
+def test_training_steps_take_whole_sequences_and_every_target_once(max_targets):
+    rng = np.random.default_rng(max_targets)
+    max_len, num_users, n = 6, 40, 300
+    users = np.sort(rng.choice(1000, num_users, replace=False))
+    lengths = rng.integers(0, max_len + 1, num_users)
+    items = np.where(np.arange(max_len) < lengths[:, None], rng.integers(1, 50, (num_users, max_len)), 0)
+    times = np.where(np.arange(max_len) < lengths[:, None], np.sort(rng.integers(0, 100, (num_users, max_len))), 0)
+    events = _events(rng.choice(users, n), rng.integers(1, 50, n), np.sort(rng.integers(100, 200, n)))
+    ex = build_examples(events, users, lengths, items, times, max_len)
+    b, o = ex.batch, ex.batch.offsets.tolist()
+    whole = [(b.item_ids[x:y].tolist(), b.target_ids[x:y].tolist(), b.timestamps[x:y].tolist(),
+              b.query_timestamps[x:y].tolist(), ex.mask[x:y].tolist(), int(b.user_ids[w]))
+             for w, (x, y) in enumerate(zip(o[:-1], o[1:]))]
+    steps = ex.steps(max_targets)
+    parts, targets = [], []
+    for step in steps:
+        sb, so = step.batch, step.batch.offsets.tolist()
+        sequences = [(sb.item_ids[x:y].tolist(), sb.target_ids[x:y].tolist(), sb.timestamps[x:y].tolist(),
+                      sb.query_timestamps[x:y].tolist(), step.mask[x:y].tolist(), int(sb.user_ids[w]))
+                     for w, (x, y) in enumerate(zip(so[:-1], so[1:]))]
+        assert step.num_targets <= max_targets or len(sequences) == 1
+        # each target's index among the micro-batch's targets: its item and query time are the same
+        assert sb.target_ids[step.mask].tolist() == b.target_ids[ex.mask][step.targets].tolist()
+        assert sb.query_timestamps[step.mask].tolist() == b.query_timestamps[ex.mask][step.targets].tolist()
+        parts += sequences
+        targets += step.targets.tolist()
+    # every sequence whole in exactly one step, shortest first; every target once
+    assert sorted(parts) == sorted(whole) and [len(p[0]) for p in parts] == sorted(len(w[0]) for w in whole)
+    assert sorted(targets) == list(range(ex.num_targets))
+    if max_targets >= ex.num_targets:
+        assert len(steps) == 1
+
+
+def test_queries_in_steps_are_the_queries_of_the_whole_micro_batch():
+    from genrec.conf import compose_config
+    from genrec.stream.cli import build_learner
+    from tests.stream.helpers import TINY
+
+    rng = np.random.default_rng(0)
+    users = np.arange(20)
+    lengths = rng.integers(0, 13, 20)
+    items = np.where(np.arange(12) < lengths[:, None], rng.integers(1, 60, (20, 12)), 0)
+    times = np.where(np.arange(12) < lengths[:, None], np.sort(rng.integers(0, 100, (20, 12))), 0)
+    ex = build_examples(_events(rng.choice(users, 90), rng.integers(1, 60, 90), np.sort(rng.integers(100, 200, 90))),
+                        users, lengths, items, times, 12)
+    learner = build_learner(compose_config("stream", overrides=TINY))
+    try:
+        learner.train(ex)  # the table holds rows for the items: the queries read trained vectors
+        learner.model.eval()
+        with torch.no_grad():
+            whole = learner.model.encode(ex.batch)[ex.mask]
+        for max_targets in (1, 5, 1000):
+            assert torch.allclose(learner.queries(ex, max_targets), whole, atol=1e-6)
+    finally:
+        learner.embedding.close()
+
+
 def test_online_baselines_match_their_offline_formula():
     index = ItemIndex()
     popularity = OnlinePopularity()
