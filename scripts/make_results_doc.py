@@ -2692,7 +2692,9 @@ def _new_items_table(part: dict) -> list[str]:
 
 STREAM_PROTOCOLS = {"online": "online, from scratch (each event trained on once, after it was ranked)",
                     "offline_frozen": "offline on the first 80% of time, then frozen",
-                    "offline_retrained": "offline, retrained on everything before each retraining point"}
+                    "offline_retrained": "offline, retrained on everything before each retraining point",
+                    "offline_then_online": "offline on the first 80% of time, then online from the split (a warm "
+                                           "start)"}
 
 
 def stream_vs_offline_tables(files: list[dict]) -> list[str]:
@@ -2711,14 +2713,22 @@ def stream_vs_offline_tables(files: list[dict]) -> list[str]:
                 f"of event time ({r['retrain_points']} points). Seeds {r['seeds']} (mean ± std); the baselines are "
                 "updated online in the same run and have no seed.", "",
                 "| method | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
-        for protocol, label in STREAM_PROTOCOLS.items():
+        protocols = [p for p in STREAM_PROTOCOLS if p in r["runs"]]
+        for protocol in protocols:
             runs = r["runs"][protocol]
-            out.append(f"| {model}: {label} | " + " | ".join(_cell([x["all"][model][m] for x in runs])
-                                                           for m in metrics) + " |")
+            out.append(f"| {model}: {STREAM_PROTOCOLS[protocol]} | "
+                       + " | ".join(_cell([x["all"][model][m] for x in runs]) for m in metrics) + " |")
         for name, b in r["baselines"].items():
             out.append(f"| {name} (online) | " + " | ".join(f"{b[m]:.4f}" for m in metrics) + " |")
+        for name, v in r.get("variants", {}).items():
+            out.append(f"| {model}: online, `{name}` ({', '.join(f'`{o}`' for o in v['overrides'])}) | "
+                       + " | ".join(_cell([x["all"][model][m] for x in v["runs"]]) for m in metrics) + " |")
+            for base, b in v["baselines"].items():
+                if b != r["baselines"][base]:  # other micro-batches: the baselines are updated per micro-batch
+                    out.append(f"| {base} (online, in `{name}`'s micro-batches) | "
+                               + " | ".join(f"{b[m]:.4f}" for m in metrics) + " |")
         best_name, best = max(r["baselines"].items(), key=lambda kv: kv[1]["ndcg@10"])
-        below = [p for p in STREAM_PROTOCOLS
+        below = [p for p in protocols
                  if statistics.mean(x["all"][model]["ndcg@10"] for x in r["runs"][p]) <= best["ndcg@10"]]
         out += ["", (f"**Not better than the best baseline on ndcg@10** (`{best_name}`, {best['ndcg@10']:.4f}): "
                      + ", ".join(f"`{p}`" for p in below) + ".") if below else
@@ -2735,19 +2745,27 @@ def bench_stream_tables(files: list[dict]) -> list[str]:
             continue
         out += ["## Streaming throughput, lag and memory", "",
                 f"`results/{r['name']}.json` (`scripts/bench_stream.py`, commit `{r['commit'][:12]}`): "
-                f"{r['machine_note']}. {r['events']:,} events of the synthetic default, micro-batches of "
-                f"{r['batch_size']}, a checkpoint every {r['checkpoint_every']:,} records, {r['threads']} torch "
-                f"thread; medians of {r['repeats']} alternated repeats (prequential: one run). Offline: one epoch of "
-                "the same model and training step over the same events. Trained targets per second:", "",
-                "| model | online, files | online, Redis | online, files + prequential | offline | "
-                "online / offline (files) | lag at a paced rate (mean / max s) |", "|---|---|---|---|---|---|---|"]
+                f"{r['machine_note']}. {r['events']:,} events of the synthetic default, a checkpoint every "
+                f"{r['checkpoint_every']:,} records, {r['threads']} torch thread; medians of {r['repeats']} "
+                "alternated repeats. Offline: one epoch of the same model and training step over the same events in "
+                "the same process, users grouped into steps of as many targets on average as the stream's steps "
+                "hold at most. Online without the prequential ranking is the training figure; with it (files), every "
+                "event is also ranked against every item seen before it, a measurement. Goal: "
+                f"{r['goal']}. Records per second (per CPU second of the process, all its threads, in brackets):", "",
+                "| model | micro-batch / step | online, files | online, Redis | online, files + prequential | "
+                "offline | online / offline: files, Redis (CPU: files, Redis) | input positions encoded per target: "
+                "online / offline | lag at a paced rate (mean / max s) |", "|---|---|---|---|---|---|---|---|---|"]
         for model, x in r["models"].items():
-            m, lag = x["median"], x["lag"]
-            out.append(f"| {model} | {m['files']['targets_per_s']:,.0f} | {m['redis']['targets_per_s']:,.0f} | "
-                       f"{m['files_prequential']['targets_per_s']:,.0f} | {m['offline']['targets_per_s']:,.0f} | "
-                       f"{x['online_over_offline_targets_per_s']['files']:.2f} | {lag['lag_seconds_mean']:.2f} / "
-                       f"{lag['lag_seconds_max']:.2f} at {lag['rate_per_s']:,.0f} events/s (Redis) |")
-        out.append("")  # the memory run is results/bench_stream_memory.json (an older memory block here is stale)
+            m, lag, c = x["median"], x["lag"], x["config"]
+            ratio, cpu = x["online_over_offline"], x["online_over_offline_cpu"]
+            runs = " | ".join(f"{m[k]['records_per_s']:,.0f} ({m[k]['records_per_cpu_s']:,.0f})"
+                              for k in ("files", "redis", "files_prequential", "offline"))
+            out.append(f"| {model} | {c['batch_size']:,} records / {c['step_targets']} targets | {runs} | "
+                       f"**{ratio['files']:.2f}, {ratio['redis']:.2f}** ({cpu['files']:.2f}, {cpu['redis']:.2f}) | "
+                       f"{m['files']['positions_per_target']:.2f} / {m['offline']['positions_per_target']:.2f} | "
+                       f"{lag['lag_seconds_mean']:.2f} / {lag['lag_seconds_max']:.2f} at {lag['rate_per_s']:,.0f} "
+                       "events/s (Redis) |")
+        out.append("")
     for r in files:
         if r.get("kind") == "bench_stream_memory" and not r.get("quick"):
             out += [_stream_memory(r["memory"], r), ""]
