@@ -90,6 +90,9 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.model.get("kind", "retrieval") != "retrieval":
         raise ConfigError("model", f"model={cfg.model.name} is generative; the stream trainer trains retrieval models "
                                    "(sasrec, hstu)")
+    if cfg.model.loss.get("_target_") != "genrec.models.losses.SampledSoftmaxLoss":
+        raise ConfigError("model.loss", "the full softmax scores every item ID, which a stream does not know: use "
+                                        "a sampled softmax (loss@model.loss=sampled)")
 
 
 def build_learner(cfg: DictConfig) -> Learner:
