@@ -10,7 +10,8 @@ filter, count-min sketch, row init) without the lock; they compute the same valu
 The library is built once per source version into ``$GENREC_NATIVE_DIR`` (default ``~/.cache/genrec/native``):
 ``cc -O3 -shared -fPIC -ffp-contract=off``, written under a temporary name and renamed, so concurrent processes
 never load a partial file. Without a compiler (or with ``GENREC_DYNAMIC_NATIVE=0``) the tables use numpy and the
-reason is logged once.
+reason is logged once. :func:`compile_library` builds and loads another source the same way (the slab store's,
+:mod:`genrec.storage.slab`).
 """
 from __future__ import annotations
 
@@ -46,16 +47,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GENREC_NATIVE_DIR") or Path.home() / ".cache" / "genrec" / "native")
 
 
-def library_path() -> Path:
-    """Where the library of the current ``native.c`` and flags lives."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    return cache_dir() / f"genrec_dynamic_{digest}.so"
+def library_path(source: Path = SOURCE) -> Path:
+    """Where the library of the current ``source`` (``native.c`` by default) and flags lives."""
+    digest = hashlib.sha256(source.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    return cache_dir() / f"genrec_{source.stem}_{digest}.so"
 
 
-def build() -> Path:
-    """Compile ``native.c`` (if this version is not built yet); returns the library's path. Raises OSError or
+def build(source: Path = SOURCE) -> Path:
+    """Compile ``source`` (if this version is not built yet); returns the library's path. Raises OSError or
     CalledProcessError (with the compiler's message) when it cannot."""
-    path = library_path()
+    path = library_path(source)
     if path.exists():
         return path
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -65,12 +66,22 @@ def build() -> Path:
     fd, partial = tempfile.mkstemp(dir=path.parent, suffix=".so.tmp")
     os.close(fd)
     try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial], check=True, capture_output=True, text=True)
+        subprocess.run([compiler, *FLAGS, str(source), "-o", partial], check=True, capture_output=True, text=True)
         os.replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
     return path
+
+
+def compile_library(source: Path, signatures: dict[str, tuple[list, object]]) -> ctypes.CDLL:
+    """Build (once) and load ``source``, declaring ``{function: (argument types, result type)}``. Raises OSError
+    or CalledProcessError when it cannot."""
+    library = ctypes.CDLL(str(build(source)))
+    for name, (args, result) in signatures.items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = args, result
+    return library
 
 
 def load() -> ctypes.CDLL | None:
@@ -85,7 +96,7 @@ def _load() -> ctypes.CDLL | None:
         log.info("dynamic tables: compiled kernels disabled by GENREC_DYNAMIC_NATIVE=0; using numpy")
         return None
     try:
-        library = ctypes.CDLL(str(build()))
+        return compile_library(SOURCE, _SIGNATURES)
     except subprocess.CalledProcessError as err:
         log.warning("dynamic tables: compiling %s failed (%s); using numpy, whose mapping holds the interpreter "
                     "lock (prefetching gains less)", SOURCE.name, (err.stderr or "").strip()[:500])
@@ -94,10 +105,6 @@ def _load() -> ctypes.CDLL | None:
         log.warning("dynamic tables: cannot build or load %s (%s); using numpy, whose mapping holds the "
                     "interpreter lock (prefetching gains less)", SOURCE.name, err)
         return None
-    for name, (args, result) in _SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = args, result
-    return library
 
 
 def ptr(array: np.ndarray) -> int:

@@ -46,8 +46,8 @@ def record_dtype(dim: int, state_width: int) -> np.dtype:
 def tier0_bytes(config: DynamicTableConfig) -> int:
     """Bytes a table of ``config`` holds in process memory (what :meth:`DynamicTable.memory_bytes` reports once
     built): tier 0 (rows, optimizer state, default rows) and its bookkeeping (ID map, per-slot metadata, LRU queue or
-    LFU scores, free-slot stack, admission sketch). Tier 2's memory comes on top (``store.cache_mib``: RocksDB's block
-    cache, its memtables charged to it)."""
+    LFU scores, free-slot stack, admission sketch). Tier 2's memory comes on top (``store.cache_mib``: the slab's ID
+    index, or RocksDB's block cache with its memtables charged to it)."""
     c, rows = config.capacity, config.capacity + config.default_rows
     index = 1
     while index < 2 * c:
