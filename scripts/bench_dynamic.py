@@ -2,8 +2,10 @@
 
 Sections (each prints its table; all go to ``results/bench_dynamic.json``):
 
-* ``stores``: the tier-2 candidates, RocksDB (rocksdict) and LMDB, on the same rows: batched writes and random
-  multi-gets of 8192 rows (alternated, median of rounds), disk bytes. Chooses the default store.
+* ``stores``: the tier-2 backends (genrec.storage.slab, RocksDB through rocksdict, LMDB) on the same rows, one
+  after the other: new rows then as many overwrites in batches of 4096 (rows/s and the process's CPU per row, the
+  store's background work waited for and included), disk bytes, a checkpoint (seconds, bytes); random multi-gets of
+  8192 rows (alternated, median of rounds). With ``prefetch`` and ``larger_than_memory``: chooses the default.
 * ``exactness``: tier 0 = 10% of the working set with tier 2 vs the whole table in memory, same stream, for sgd,
   adagrad, rowwise_adagrad and adam: the largest weight / optimizer-state difference (goal <= 1e-6).
 * ``remap``: IDs/s of the mapping alone (raw ID -> slot, admission, eviction) on a Zipf(1.05) stream, batches of
@@ -17,12 +19,14 @@ Sections (each prints its table; all go to ``results/bench_dynamic.json``):
 * ``prefetch``: a training step (lookup + an MLP over each row + fused update) at a 10% tier 0 with tier 2, with
   and without prefetching (and prefetching with the mapping in numpy instead of the compiled kernels), vs the
   same step with everything in memory (goal: prefetched <= 1.2x); the CPU time per step of every thread (training,
-  mapping, write-back, RocksDB's pool), which says whether the background work fits beside the step.
+  mapping, write-back, RocksDB's pool), which says whether the background work fits beside the step. Once per
+  store of ``--stores``, one after the other.
 * ``sasrec``: a SASRec training step on the dynamic table (everything fits, admission always) vs the static
   TorchRec table (goal: overhead <= 10%).
-* ``larger_than_memory``: in a child process, a table growing to >= 4x a memory budget (tier 0 + bookkeeping +
-  store caches sized from the budget) on a Zipf stream: peak RSS - the process's RSS before the table (the fixed
-  overhead, printed) vs the budget; disk bytes; IDs/s.
+* ``larger_than_memory``: in a child process per store of ``--stores``, a table growing to >= 4x a memory budget
+  (tier 0 + bookkeeping + the store's memory: RocksDB's cache and memtables, the slab's ID index sized for the rows)
+  on a Zipf stream: peak RSS - the process's RSS before the table (the fixed overhead, printed) vs the budget; disk
+  bytes; IDs/s.
 
 Timed comparisons alternate their variants in blocks and report medians; one CPU thread (the machine is shared).
 
@@ -58,7 +62,9 @@ import torch  # noqa: E402
 
 from genrec.embedding.dynamic import DynamicTable, DynamicTableConfig, native  # noqa: E402
 from genrec.embedding.dynamic.prefetch import Prefetcher  # noqa: E402
-from genrec.embedding.dynamic.store import LmdbStore, RocksStore, directory_bytes  # noqa: E402
+from genrec.storage.durable import fsync_tree  # noqa: E402
+from genrec.embedding.dynamic.optim import RowOptimizer  # noqa: E402
+from genrec.storage.stores import STORE_BACKENDS, RocksStore, directory_bytes, open_store  # noqa: E402
 from genrec.embedding.dynamic.table import as_bytes, lookup, record_dtype, tier0_bytes  # noqa: E402
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
 
@@ -91,37 +97,63 @@ def available_gib() -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- stores
+def settle(store) -> None:
+    """Wait until a store has no background work left (RocksDB: its memtables flushed, no compaction running or
+    due), so that the CPU of a write phase includes what the writes cost later."""
+    if isinstance(store, RocksStore):
+        store.db.flush()
+        while (store.db.property_int_value("rocksdb.num-running-compactions")
+               or store.db.property_int_value("rocksdb.compaction-pending")):
+            time.sleep(0.05)
+
+
 def bench_stores(rows: int, rounds: int, folder: Path) -> dict:
+    """Each backend in turn (so that no store's background work runs in another's timing): ``rows`` new rows, then
+    as many overwrites of random rows (the tier-2 traffic of a table whose rows go down again), in batches of 4096;
+    rows/s and the process's CPU seconds (every thread: RocksDB's flushes and compactions included, waited for),
+    disk bytes, a checkpoint (snapshot + fsync) and its size; then random multi-gets of 8192 rows, the stores
+    alternated, median of ``rounds``."""
     dtype = record_dtype(64, 1)
     rng = np.random.default_rng(0)
     ids = rng.permutation(rows).astype(np.int64)
     records = np.frombuffer(rng.bytes(rows * dtype.itemsize), np.uint8).reshape(rows, dtype.itemsize)
-    stores = {"rocksdb": RocksStore(folder / "rocksdb", dtype.itemsize),
-              "lmdb": LmdbStore(folder / "lmdb", dtype.itemsize)}
-    put = {name: [] for name in stores}
+    overwrites = np.concatenate([rng.permutation(rows)[:rows // 2], rng.permutation(rows)[:rows - rows // 2]])
+    chunk, stores, out = 4096, {}, {}
+    load_start = os.getloadavg()[0]
+    for name in STORE_BACKENDS:
+        store = stores[name] = open_store(name, folder / name, dtype.itemsize, cache_mib=64)
+        x = out[name] = {}
+        for phase, order in (("new", np.arange(rows)), ("overwrite", overwrites)):
+            began, cpu = time.perf_counter(), time.process_time()
+            for s in range(0, rows, chunk):
+                batch = order[s:s + chunk]
+                store.put(ids[batch], records[batch])
+            settle(store)
+            x[f"{phase}_rows_per_s"] = rows / (time.perf_counter() - began)
+            x[f"{phase}_cpu_us_per_row"] = 1e6 * (time.process_time() - cpu) / rows
+        x["disk_bytes"] = directory_bytes(folder / name)
+        began = time.perf_counter()
+        store.checkpoint(folder / f"{name}-snapshot")
+        fsync_tree(folder / f"{name}-snapshot")
+        x["checkpoint_s"] = time.perf_counter() - began
+        x["checkpoint_disk_bytes"] = directory_bytes(folder / f"{name}-snapshot")
+        shutil.rmtree(folder / f"{name}-snapshot")
+        log(f"stores {name}: {json.dumps(x)}")
     get = {name: [] for name in stores}
-    chunk = 4096
-    for start in range(0, rows, chunk * 16):  # alternate the stores every 16 batches of writes
-        for name, store in stores.items():
-            began = time.perf_counter()
-            for s in range(start, min(rows, start + chunk * 16), chunk):
-                store.put(ids[s:s + chunk], records[s:s + chunk])
-            put[name].append(min(rows - start, chunk * 16) / (time.perf_counter() - began))
-    for store in stores.values():
-        if isinstance(store, RocksStore):
-            store.db.flush()
+    position = np.argsort(ids)  # ID -> its row in `records`
     for r in range(rounds):
         query = ids[rng.integers(0, rows, BATCH)]
         for name, store in stores.items():
             began = time.perf_counter()
-            found, _ = store.get(query)
+            found, got = store.get(query)
             get[name].append(BATCH / (time.perf_counter() - began))
-            assert found.all()
-    out = {name: {"put_rows_per_s": statistics.median(put[name]), "get_rows_per_s": statistics.median(get[name]),
-                  "disk_bytes": directory_bytes(folder / name)} for name in stores}
-    for store in stores.values():
+            assert found.all() and got.tobytes() == records[position[query]].tobytes()
+    for name, store in stores.items():
+        out[name]["get_rows_per_s"] = statistics.median(get[name])
+        out[name]["memory_bytes"] = store.memory_bytes()
         store.close()
-    return {"rows": rows, "record_bytes": dtype.itemsize, "results": out}
+    return {"rows": rows, "record_bytes": dtype.itemsize, "batch_rows": chunk, "cache_mib": 64,
+            "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]}, "results": out}
 
 
 # ---------------------------------------------------------------------------------------------------- exactness
@@ -353,11 +385,11 @@ class Tower(torch.nn.Module):
         return self.mlp(rows).square().mean()
 
 
-def store_write_gil(folder: Path, dim: int, rows: int = 4096, writes: int = 40) -> dict:
-    """How much a tier-2 write (RocksDB, ``rows`` records of a ``dim``-wide row with row-wise Adagrad state) slows
-    Python in another thread: a pure-Python loop's speed while a thread writes, relative to its speed alone
-    (1.0: the write releases the interpreter lock; lower: it holds it)."""
-    t = table(dim, rows, store={"path": str(folder)})
+def store_write_gil(folder: Path, dim: int, backend: str, rows: int = 4096, writes: int = 40) -> dict:
+    """How much a tier-2 write (``rows`` records of a ``dim``-wide row with Adagrad state) slows Python in another
+    thread: a pure-Python loop's speed while a thread writes, relative to its speed alone (1.0: the write releases
+    the interpreter lock and a core is free; lower: it holds the lock, or the cores are busy)."""
+    t = table(dim, rows, store={"path": str(folder), "backend": backend})
     store = t.store
     records = np.zeros((rows, t.dtype.itemsize), dtype=np.uint8)
 
@@ -402,14 +434,29 @@ def thread_cpu_seconds() -> dict[str, float]:
     return out
 
 
-def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path) -> dict:
+def bench_prefetch(batches: int, block: int, dim: int, hidden: int, stores: list[str], folder: Path) -> dict:
+    """The comparison below once per tier-2 backend, one after the other (each with its own all-in-memory
+    baseline, every store of the previous backend closed)."""
+    out = {}
+    for backend in stores:
+        out[backend] = prefetch_one_store(batches, block, dim, hidden, backend, folder / backend)
+        log(f"prefetch {backend}: {json.dumps(out[backend])[:1500]}")
+        gc.collect()
+    return {"stores": out}
+
+
+def prefetch_one_store(batches: int, block: int, dim: int, hidden: int, backend: str, folder: Path) -> dict:
     stream = zipf_batches(batches, 1.05, seed=4)
     distinct = len(np.unique(stream))
     small = max(distinct // 10, 3 * BATCH)
+
+    def store(name: str) -> dict:
+        return {"path": str(folder / name), "backend": backend}
+
     variants = {"all_in_memory": (table(dim, distinct + 10), 0),
-                "tier0_10pct": (table(dim, small, store={"path": str(folder / "plain")}), 0),
-                "tier0_10pct_prefetch": (table(dim, small, store={"path": str(folder / "ahead")}), 1),
-                "tier0_10pct_prefetch_numpy": (table(dim, small, store={"path": str(folder / "numpy")}), 1)}
+                "tier0_10pct": (table(dim, small, store=store("plain")), 0),
+                "tier0_10pct_prefetch": (table(dim, small, store=store("ahead")), 1),
+                "tier0_10pct_prefetch_numpy": (table(dim, small, store=store("numpy")), 1)}
     towers = {name: Tower(dim, hidden) for name in variants}
     optimizers = {name: torch.optim.AdamW(towers[name].parameters(), lr=1e-3) for name in variants}
     prefetchers = {name: Prefetcher(t, depth) for name, (t, depth) in variants.items() if depth}
@@ -465,7 +512,8 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
     for t, _ in variants.values():
         t.close()
     base = medians["all_in_memory"]
-    return {"batches": batches, "distinct": distinct, "tier0_rows": small, "dim": dim, "hidden": hidden,
+    return {"store": backend, "batches": batches, "distinct": distinct, "tier0_rows": small, "dim": dim,
+            "hidden": hidden,
             "median_step_s": medians, "ratio_vs_all_in_memory": {k: v / base for k, v in medians.items()},
             "median_mapping_wait_s": {name: statistics.median(v) for name, v in waits.items()},
             "median_training_thread_cpu_s": {name: statistics.median(v) for name, v in cpu.items()},
@@ -474,7 +522,7 @@ def bench_prefetch(batches: int, block: int, dim: int, hidden: int, folder: Path
                                          for name, roles in threads_cpu.items() if name in variants},
             "rocksdb_cpu_s_per_store_step": threads_cpu["with_store"].get("rocksdb", 0.0) / sum(
                 len(times[name]) for name, (t, _) in variants.items() if t.store is not None),
-            "store_write_gil": store_write_gil(folder / "gil", dim),
+            "store_write_gil": store_write_gil(folder / "gil", dim, backend),
             "hit_rate_tier0": {k: c["hit_rate_tier0"] for k, c in counters.items()},
             "hit_rate_tier2": {k: c["hit_rate_tier2"] for k, c in counters.items()},
             "compiled_kernels": kernels is not None,
@@ -549,18 +597,24 @@ def larger_than_memory_child(args: dict) -> dict:
     shutil.rmtree(Path(args["folder"]) / "warm")
     gc.collect()
     base = rss_kib("VmRSS:") << 10
-    store = {"path": str(Path(args["folder"]) / "store"), "backend": args["backend"], "cache_mib": 32,
+    state = RowOptimizer("rowwise_adagrad").state_width(dim)
+    table_bytes_per_row = (dim + state) * 4
+    target_rows = int(args["ratio"] * budget / table_bytes_per_row)
+    if args["backend"] == "slab":  # the store's memory is its ID index: 8 bytes a position, at most 90% full
+        cache_mib = math.ceil(1.1 * target_rows / 0.9 * 8 / 2**20)
+        store_memory = cache_mib
+    else:  # RocksDB: the block cache, and two memtables of cache_mib / 4 charged to it; LMDB: nothing of its own
+        cache_mib = 32
+        store_memory = 32 + 2 * 32
+    store = {"path": str(Path(args["folder"]) / "store"), "backend": args["backend"], "cache_mib": cache_mib,
              "write_back_batches": 4, "filter_mib": 16}
     probe = DynamicTableConfig.build(dim, 1_000_000, optimizer={"name": "rowwise_adagrad"}, store=store)
     per_row = tier0_bytes(probe) / probe.capacity
-    state = probe.optimizer.state_width(dim)
-    # block cache and two memtables (96 MiB); per-step temporaries, write-back batches, the ID map's rebuild, the LRU
-    # queue's compaction, RocksDB's compactions and the allocator's slack: 256 MiB (a first run measured 218 MiB)
-    reserve = (32 + 2 * 32 + 256) << 20
+    # the store's memory; per-step temporaries, write-back batches, the ID map's rebuild, the LRU queue's compaction,
+    # RocksDB's compactions and the allocator's slack: 256 MiB (a first run measured 218 MiB)
+    reserve = (store_memory + 256) << 20
     capacity = int((budget - reserve) / per_row)
     t = table(dim, capacity, optimizer={"name": "rowwise_adagrad"}, store=store)
-    table_bytes_per_row = (dim + state) * 4
-    target_rows = int(args["ratio"] * budget / table_bytes_per_row)
     rng_seed, steps, started = 100, 0, time.perf_counter()
     while t.counters()["admitted"] < target_rows and steps < args["max_batches"]:
         for ids in zipf_batches(64, 1.05, seed=rng_seed):  # generated in chunks: the stream itself stays small
@@ -570,7 +624,8 @@ def larger_than_memory_child(args: dict) -> dict:
     elapsed = time.perf_counter() - started
     t.write_back.flush()
     c = t.counters()
-    out = {"backend": args["backend"], "budget_bytes": budget, "capacity": capacity, "tier0_bytes": t.memory_bytes(),
+    out = {"backend": args["backend"], "cache_mib": cache_mib, "store_memory_bytes": t.store.memory_bytes(),
+           "budget_bytes": budget, "capacity": capacity, "tier0_bytes": t.memory_bytes(),
            "rows": c["admitted"], "table_bytes": c["admitted"] * table_bytes_per_row,
            "table_over_budget": c["admitted"] * table_bytes_per_row / budget, "batches": steps,
            "ids_per_s": steps * BATCH / elapsed, "hit_rate_tier0": c["hit_rate_tier0"],
@@ -582,10 +637,11 @@ def larger_than_memory_child(args: dict) -> dict:
     return out
 
 
-def bench_larger_than_memory(budget_mib: int, ratio: float, max_batches: int, folder: Path) -> list[dict]:
+def bench_larger_than_memory(budget_mib: int, ratio: float, max_batches: int, stores: list[str], folder: Path
+                             ) -> list[dict]:
     """One child process per store backend (the same stream and budget)."""
     out = []
-    for backend in ("rocksdb", "lmdb"):
+    for backend in stores:
         args = {"dim": 64, "budget_mib": budget_mib, "ratio": ratio, "max_batches": max_batches,
                 "folder": str(folder / backend), "backend": backend}
         done = subprocess.run([sys.executable, __file__, "--larger-than-memory-child", json.dumps(args)],
@@ -612,6 +668,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "results" / "bench_dynamic.json"))
     parser.add_argument("--sections", nargs="+", choices=list(RUNNERS), default=list(RUNNERS),
                         help="run only these sections (default: all); the file records which ran")
+    parser.add_argument("--stores", nargs="+", choices=STORE_BACKENDS, default=list(STORE_BACKENDS),
+                        help="the tier-2 backends of the prefetch and larger_than_memory sections (default: all)")
     parser.add_argument("--larger-than-memory-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -626,10 +684,11 @@ def main() -> None:
                       timed=10 if q else 50, mch_max=200_000 if q else 5_000_000),
         "zipf": dict(batches=60 if q else 2800, fractions=[0.01, 0.1, 0.5], timed=10 if q else 100,
                      dim=64, mch_max=10**9),
-        "prefetch": dict(batches=40 if q else 400, block=5 if q else 20, dim=64, hidden=256),
+        "prefetch": dict(batches=40 if q else 400, block=5 if q else 20, dim=64, hidden=256, stores=args.stores),
         "sasrec": dict(num_items=2000 if q else 20000, batch_users=16 if q else 128, length=20 if q else 50,
                        blocks=2 if q else 5, block=2 if q else 10),
-        "larger_than_memory": dict(budget_mib=256 if q else 1024, ratio=4.2, max_batches=400 if q else 20000),
+        "larger_than_memory": dict(budget_mib=256 if q else 1024, ratio=4.2, max_batches=400 if q else 20000,
+                                   stores=args.stores),
     }
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="bench_dynamic_"))
     scratch.mkdir(parents=True, exist_ok=True)

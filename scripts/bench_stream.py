@@ -27,7 +27,9 @@ results/bench_stream_memory.json.
   The rule, fixed before a run: (1) after the warm-up (the first ``--memory-warmup`` of the records) the RSS less
   the stores' own memory stays <= ``--rss-bound`` x its value at the end of the warm-up, and (2) at every logged
   row the stores' own memory (RocksDB block caches, into which their memtables and index and filter blocks are
-  charged) stays <= ``--stores-bound`` x their configured caches; the benchmark fails (exit 1) otherwise.
+  charged; the slab tier 2's ID index) stays <= ``--stores-bound`` x their configured memory (``cache_mib``); the
+  benchmark fails (exit 1) otherwise. The table's tier 2 is ``--memory-table-store`` (the default store; another
+  one writes ``results/bench_stream_memory_<store>.json``).
 
 Usage::
 
@@ -60,7 +62,8 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from genrec.conf import compose_config  # noqa: E402
 from genrec.data.synthetic import generate_synthetic  # noqa: E402
-from genrec.embedding.dynamic.store import directory_bytes  # noqa: E402
+from genrec.embedding.dynamic.config import StoreConfig  # noqa: E402
+from genrec.storage.stores import STORE_BACKENDS, directory_bytes  # noqa: E402
 from genrec.stream import cli  # noqa: E402
 from genrec.stream.files import write_event_files  # noqa: E402
 from genrec.stream.offline import train_offline, user_sequences  # noqa: E402
@@ -235,6 +238,7 @@ def memory(args, work: Path) -> dict:
                  f"checkpoint.every_events={args.memory_checkpoint_every}",
                  f"model.embedding.capacity={args.memory_capacity}", f"state.cache_mib={args.memory_state_cache_mib}",
                  f"model.embedding.store.cache_mib={args.memory_table_cache_mib}",
+                 f"model.embedding.store.backend={args.memory_table_store}",
                  f"model.embedding.store.path={store}", f"hydra.run.dir={run_dir}"]
     log(f"memory: {args.memory_events} events (half one-off items) in a genrec-stream process; rule: "
         f"{memory_rule(args)}")
@@ -255,7 +259,7 @@ def memory(args, work: Path) -> dict:
         return round(float(np.polyfit(after["records"] / 1e6, after[column], 1)[0]), 2) if len(after) > 1 else None
 
     result = {"events": args.memory_events, "users": args.memory_users, "one_off_items": 0.5,
-              "tier0_capacity": args.memory_capacity, "model": model,
+              "tier0_capacity": args.memory_capacity, "model": model, "item_table_store": args.memory_table_store,
               "stores_cache_mib": {"user_histories": args.memory_state_cache_mib,
                                    "seen_events": args.memory_state_cache_mib,
                                    "item_table_tier2": args.memory_table_cache_mib},
@@ -314,6 +318,8 @@ def main() -> None:
     parser.add_argument("--memory-checkpoint-every", type=int, default=500_000)
     parser.add_argument("--memory-state-cache-mib", type=int, default=32, help="state.cache_mib (two stores)")
     parser.add_argument("--memory-table-cache-mib", type=int, default=64, help="model.embedding.store.cache_mib")
+    parser.add_argument("--memory-table-store", default=StoreConfig.backend, choices=STORE_BACKENDS,
+                        help="model.embedding.store.backend (default: the default store)")
     parser.add_argument("--memory-warmup", type=float, default=0.2, help="the share of the records before the bound")
     parser.add_argument("--rss-bound", type=float, default=1.15)
     parser.add_argument("--stores-bound", type=float, default=1.25)
@@ -325,7 +331,9 @@ def main() -> None:
     if args.memory_only:
         mem = memory(args, work)
         shutil.rmtree(work, ignore_errors=True)
-        path = write_json(ROOT / "results" / ("bench_stream_memory" + ("_quick" if args.quick else "") + ".json"),
+        name = "bench_stream_memory" + ("" if args.memory_table_store == StoreConfig.backend
+                                        else f"_{args.memory_table_store}") + ("_quick" if args.quick else "")
+        path = write_json(ROOT / "results" / f"{name}.json",
                           {"kind": "bench_stream_memory", "quick": args.quick, "memory": mem, "threads": 1,
                            "machine_note": MACHINE_NOTE, **origin})
         print(memory_summary(mem) + f"\nwrote {path}")

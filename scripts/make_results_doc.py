@@ -2429,6 +2429,21 @@ def _goal(ok: bool) -> str:
 
 def _dynamic_stores(r: dict) -> list[str]:
     st = r["stores"]
+    if "new_rows_per_s" in next(iter(st["results"].values())):
+        load = st["load_average_1min"]
+        out = [f"**Tier-2 stores** ({st['rows']:,} rows of {st['record_bytes']} bytes written as new rows, then "
+               f"{st['rows']:,} overwrites of random rows, in batches of {st['batch_rows']:,}; each store in turn, its "
+               "background work (RocksDB's flushes and compactions) waited for and counted; CPU: the process's, "
+               "every thread; reads: random multi-gets of 8192; `cache_mib` "
+               f"{st['cache_mib']}; load average {load['start']:.1f} to {load['end']:.1f}):", "",
+               "| store | new rows/s | CPU per new row | overwrites/s | CPU per overwrite | random reads (rows/s) "
+               "| disk | checkpoint (s, size) | memory held |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, x in st["results"].items():
+            out.append(f"| {name} | {x['new_rows_per_s']:,.0f} | {x['new_cpu_us_per_row']:.1f} µs "
+                       f"| {x['overwrite_rows_per_s']:,.0f} | {x['overwrite_cpu_us_per_row']:.1f} µs "
+                       f"| {x['get_rows_per_s']:,.0f} | {_mib(x['disk_bytes'])} | {x['checkpoint_s']:.2f} s, "
+                       f"{_mib(x['checkpoint_disk_bytes'])} | {_mib(x['memory_bytes'])} |")
+        return out + [""]
     out = [f"**Tier-2 store** ({st['rows']:,} rows of {st['record_bytes']} bytes, random multi-gets of 8192):", "",
            "| store | writes (rows/s) | random reads (rows/s) | disk |", "|---|---|---|---|"]
     for name, x in st["results"].items():
@@ -2438,8 +2453,8 @@ def _dynamic_stores(r: dict) -> list[str]:
         out += ["", f"LMDB reads faster, but maps its file: every page it reads counts in the process's RSS "
                 f"(below: {_mib(ltm['lmdb']['peak_minus_fixed_bytes'])} over the fixed overhead for a "
                 f"{_mib(ltm['lmdb']['budget_bytes'])} budget, against "
-                f"{_mib(ltm['rocksdb']['peak_minus_fixed_bytes'])} with RocksDB), so RocksDB, whose reads go "
-                "through a block cache of a set size, is the default."]
+                f"{_mib(ltm['rocksdb']['peak_minus_fixed_bytes'])} with RocksDB, whose reads go through a block "
+                "cache of a set size)."]
     return out + [""]
 
 
@@ -2487,8 +2502,40 @@ def _dynamic_zipf(r: dict) -> list[str]:
     return out + [""]
 
 
+def _dynamic_prefetch_stores(stores: dict) -> list[str]:
+    """The prefetch section run once per tier-2 store (``--stores``): one row per store."""
+    first = next(iter(stores.values()))
+    out = [f"**Prefetching, per tier-2 store** (a training step: lookup of 8192 IDs, an MLP {first['dim']}->"
+           f"{first['hidden']}->1 over each row, fused update; {first['distinct']:,} distinct IDs, tier 0 = "
+           f"{first['tier0_rows']:,} rows with tier 2; each store's variants timed side by side with an all-in-memory "
+           "baseline of its own, the stores one after the other; goal: prefetched ≤ 1.2x all in memory). CPU per "
+           "prefetched step by thread (RocksDB's pool: its total per step of a variant with a store); the floor: the "
+           f"training thread's CPU or (training + background) / {first['cores']} cores, whichever is larger — the "
+           "least a prefetched step can take however well the work overlaps — over the all-in-memory step's CPU:", "",
+           "| store | all in memory | 10% tier 0 | prefetched | prefetched, numpy mapping | CPU: training / mapping "
+           "/ write-back / RocksDB pool | floor | Python beside a tier-2 write | load (1 min) | goal |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, p in stores.items():
+        ratios, steps = p["ratio_vs_all_in_memory"], p["median_step_s"]
+        by_thread = p["cpu_s_per_step_by_thread"]["tier0_10pct_prefetch"]
+        cpu = [by_thread.get("training", 0.0), by_thread.get("mapping", 0.0), by_thread.get("write_back", 0.0),
+               p["rocksdb_cpu_s_per_store_step"]]
+        floor = max(cpu[0], sum(cpu) / p["cores"]) / p["cpu_s_per_step_by_thread"]["all_in_memory"]["training"]
+        load = p["load_average_1min"]
+        out.append(f"| {name} | {steps['all_in_memory'] * 1e3:.1f} ms | {ratios['tier0_10pct']:.2f}x "
+                   f"| **{ratios['tier0_10pct_prefetch']:.2f}x** | {ratios['tier0_10pct_prefetch_numpy']:.2f}x "
+                   f"| {' / '.join(f'{c * 1e3:.1f}' for c in cpu)} ms | {floor:.2f}x "
+                   f"| {p['store_write_gil']['python_speed_while_writing']:.2f} | {load['start']:.1f} to "
+                   f"{load['end']:.1f} | {_goal(ratios['tier0_10pct_prefetch'] <= 1.2)} |")
+    return out + ["", "\"Python beside a tier-2 write\": a pure-Python loop's speed in another thread while the store "
+                  "writes batches of 4,096 rows, relative to its speed alone (below 1: the write holds the interpreter "
+                  "lock, or the cores are busy).", ""]
+
+
 def _dynamic_prefetch(r: dict) -> list[str]:
     p = r["prefetch"]
+    if "stores" in p:
+        return _dynamic_prefetch_stores(p["stores"])
     ratios, steps = p["ratio_vs_all_in_memory"], p["median_step_s"]
     met = ratios["tier0_10pct_prefetch"] <= 1.2
     out = [f"**Prefetching** (a training step: lookup of 8192 IDs, an MLP {p['dim']}->{p['hidden']}->1 over each "
@@ -2549,12 +2596,14 @@ def _dynamic_sasrec(r: dict) -> list[str]:
 
 def _dynamic_larger(r: dict) -> list[str]:
     out = ["**Larger than memory** (a child process per store; the budget covers tier 0, its bookkeeping and the "
-           "store's caches; fixed overhead = the process's RSS before the table: Python, torch, the libraries):", "",
-           "| store | budget | tier 0 rows | rows stored | table (weights + state) | fixed overhead "
+           "store's memory: RocksDB's cache and memtables, the slab's ID index, sized for the rows; fixed overhead = "
+           "the process's RSS before the table: Python, torch, the libraries):", "",
+           "| store | budget | store memory | tier 0 rows | rows stored | table (weights + state) | fixed overhead "
            "| peak RSS - fixed | disk | IDs/s | hit rate tier 0 / tier 2 | within budget |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["larger_than_memory"]:
-        out.append(f"| {x['backend']} | {_mib(x['budget_bytes'])} | {x['capacity']:,} | {x['rows']:,} "
+        memory = _mib(x["store_memory_bytes"]) if "store_memory_bytes" in x else "–"
+        out.append(f"| {x['backend']} | {_mib(x['budget_bytes'])} | {memory} | {x['capacity']:,} | {x['rows']:,} "
                    f"| {_mib(x['table_bytes'])} ({x['table_over_budget']:.1f}x budget) "
                    f"| {_mib(x['fixed_overhead_bytes'])} | {_mib(x['peak_minus_fixed_bytes'])} "
                    f"| {_mib(x['disk_bytes'])} | {_rate(x['ids_per_s'])} "
@@ -2781,15 +2830,18 @@ def _stream_memory(mem: dict, r: dict) -> str:
                                                             if (len(series["records"]) - 1) % step else [])
     points = ", ".join(f"{series['records'][i] / 1e6:.1f}M: {series['rss_mib'][i]:,.0f} "
                        f"({series['stores_mib'][i]:,.0f})" for i in shown)
+    tier2 = mem.get("item_table_store", "rocksdb")  # runs before the option had RocksDB
+    held = ("its ID index" if tier2 == "slab" else "its RocksDB block cache, memtables and index/filter blocks "
+            "charged to it")
     return (f"**Memory** (`results/{r['name']}.json`, `scripts/bench_stream.py --memory-only`, commit "
             f"`{r['commit'][:12]}`; {r['machine_note']}): {mem['events']:,} events, {mem['one_off_items']:.0%} of them "
             f"one-off items, {mem['users']:,} users, tier 0 of {mem['tier0_capacity']:,} rows with LRU eviction to "
-            f"an SSD tier (RocksDB), prequential off, in a separate `genrec-stream` process. The stream machinery is "
-            f"under test, so the model is small: SASRec of dim {m['dim']}, {m['layers']} layer, max_len "
+            f"an SSD tier (**{tier2}**), prequential off, in a separate `genrec-stream` process. The stream machinery "
+            f"is under test, so the model is small: SASRec of dim {m['dim']}, {m['layers']} layer, max_len "
             f"{m['max_len']}, dropout {m['dropout']}, micro-batches of {m['batch_size']:,}, a checkpoint every "
-            f"{m['checkpoint_every']:,} records. The stores' memory is their RocksDB block caches, memtables and "
-            f"index/filter blocks charged to them: {caches['user_histories']} + {caches['seen_events']} + "
-            f"{caches['item_table_tier2']} MiB (user histories, seen event IDs, the table's tier 2). "
+            f"{m['checkpoint_every']:,} records. The stores' memory: the user histories and seen event IDs, RocksDB "
+            f"block caches with their memtables and index/filter blocks charged to them, {caches['user_histories']} "
+            f"+ {caches['seen_events']} MiB; the table's tier 2, {held}, {caches['item_table_tier2']} MiB. "
             f"{mem['seconds']:,.0f} s, {mem['records_per_s']:,.0f} events/s. Rule, fixed before the run: "
             f"{mem['rss_bound_rule']}. Measured: RSS less the stores {mem['rss_mib_after_warmup']:,.0f} MiB at the "
             f"end of the warm-up, at most {mem['rss_mib_max_after_warmup']:,.0f} MiB after it (bound "
@@ -2802,8 +2854,9 @@ def _stream_memory(mem: dict, r: dict) -> str:
             f"{mem['table']['evicted']:,} row evictions to tier 2 ({mem['table']['admitted']:,} rows admitted); on "
             f"disk at the end: "
             f"user and event state {mem['state_disk_mib']:,.0f} MiB, tier 2 {mem['table_tier2_disk_mib']:,.0f} MiB, "
-            f"the run folder {mem['run_folder_disk_mib']:,.0f} MiB (live stores and the checkpoints kept, table files "
-            f"hard-linked between them counted at every link).")
+            f"the run folder {mem['run_folder_disk_mib']:,.0f} MiB (live stores and the checkpoints kept, "
+            + ("each checkpoint with its own copy of the slab file)." if tier2 == "slab" else
+               "table files hard-linked between them counted at every link)."))
 
 
 #: the goal of issue 48: NDCG@10 at least this far above transitions_last3_skip within BUDGET_GOAL_SECONDS of CPU,

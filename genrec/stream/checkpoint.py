@@ -31,19 +31,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from genrec.embedding.dynamic.checkpoint import fsync_dir, fsync_tree
+from genrec.storage.durable import fsync_dir, fsync_tree
 from genrec.errors import DataError, DiskFullError, writing
 from genrec.utils.integrity import check_manifest, write_manifest
 
 PREFIX = "step-"
 REFUSED_PREFIX = "refused-"
-
-
-def write_json_durably(path: Path, payload: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1, default=str)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 class Checkpoints:

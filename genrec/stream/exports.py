@@ -36,7 +36,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from genrec.data.batch import JaggedBatch
-from genrec.embedding.dynamic.checkpoint import fsync_dir, fsync_tree
+from genrec.storage.durable import fsync_dir, fsync_tree
 from genrec.embedding.dynamic.export import export_rows, read_export
 from genrec.errors import ConfigError
 from genrec.export.manifest import MANIFEST_FILE, artifact_entry

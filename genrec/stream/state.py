@@ -1,7 +1,7 @@
 """The trainer's per-key state in embedded stores that outlive the process: each user's recent history and the
 event IDs already seen.
 
-Both live in a store of :mod:`genrec.embedding.dynamic.store` (RocksDB by default: memory bounded by its block
+Both live in a store of :mod:`genrec.storage.stores` (RocksDB by default: memory bounded by its block
 cache, which its memtables are charged to; or LMDB) under the run's ``live/`` folder. The live store is scratch
 space with no write-ahead log: what survives a crash is the snapshot inside the last checkpoint (RocksDB's
 Checkpoint or LMDB's copy), which :meth:`KeyedState.restore` turns back into the live store.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from genrec.embedding.dynamic.store import directory_bytes, open_store, restore_snapshot
+from genrec.storage.stores import directory_bytes, open_store, restore_snapshot
 
 
 class KeyedState:

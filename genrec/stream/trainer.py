@@ -60,7 +60,8 @@ from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
 from genrec.errors import DataError, UserError
 from genrec.runs import RunFolder
 from genrec.stream.baselines import ONLINE_BASELINES, ItemIndex, OnlinePopularity, OnlineTransitions
-from genrec.stream.checkpoint import Checkpoints, write_json_durably
+from genrec.stream.checkpoint import Checkpoints
+from genrec.storage.durable import write_json_durably
 from genrec.stream.events import REASONS, Events, EventSchema, Records, Rejected, parse
 from genrec.stream.examples import Examples, build_examples
 from genrec.stream.exports import HotExporter, checkpoint_source

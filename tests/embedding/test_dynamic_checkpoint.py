@@ -16,15 +16,17 @@ import torch
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint, save_shard
 from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.hashing import owner
+from genrec.storage.stores import STORE_BACKENDS
 from genrec.embedding.dynamic.table import DynamicTable, lookup
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _config(store, capacity=64, **settings) -> DynamicTableConfig:
+def _config(store, capacity=64, backend: str | None = None, **settings) -> DynamicTableConfig:
     return DynamicTableConfig.build(8, capacity, init_std=0.1, optimizer={"name": "rowwise_adagrad", "lr": 0.05},
                                     admission={"policy": "min_count", "min_count": 2, "sketch_width": 4096},
-                                    store={"path": str(store)}, **settings)
+                                    store={"path": str(store), **({"backend": backend} if backend else {})},
+                                    **settings)
 
 
 def _batches(n, seed=0):
@@ -43,14 +45,15 @@ def _rows(tables) -> dict[int, bytes]:
             for t in tables for ids, records in t.rows() for i, r in zip(ids, records)}
 
 
+@pytest.mark.parametrize("backend", STORE_BACKENDS)
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
-def test_resume_continues_exactly(tmp_path, policy):
+def test_resume_continues_exactly(tmp_path, policy, backend):
     batches = _batches(60)
-    original = DynamicTable(_config(tmp_path / "a", eviction={"policy": policy}))
+    original = DynamicTable(_config(tmp_path / "a", backend=backend, eviction={"policy": policy}))
     _train(original, batches[:30])
     save_checkpoint({"item": original}, tmp_path / "ckpt")
     _train(original, batches[30:])
-    resumed = DynamicTable(_config(tmp_path / "b", eviction={"policy": policy}))
+    resumed = DynamicTable(_config(tmp_path / "b", backend=backend, eviction={"policy": policy}))
     load_checkpoint({"item": resumed}, tmp_path / "ckpt")
     _train(resumed, batches[30:])
     assert original.counters()["hits_tier2"] > 0
@@ -59,9 +62,10 @@ def test_resume_continues_exactly(tmp_path, policy):
     resumed.close()
 
 
-def test_reload_at_other_world_sizes_repartitions_rows_by_id_hash(tmp_path):
+@pytest.mark.parametrize("backend", STORE_BACKENDS)
+def test_reload_at_other_world_sizes_repartitions_rows_by_id_hash(tmp_path, backend):
     """Two shards (trained as a 2-process run would: each maps the IDs it owns) reloaded into 1 and 3 processes."""
-    shards = [DynamicTable(_config(tmp_path / "two"), rank=r, world_size=2) for r in range(2)]
+    shards = [DynamicTable(_config(tmp_path / "two", backend=backend), rank=r, world_size=2) for r in range(2)]
     for ids in _batches(60):
         for r, shard in enumerate(shards):
             _train(shard, [ids[owner(ids, 2) == r]])
@@ -71,8 +75,8 @@ def test_reload_at_other_world_sizes_repartitions_rows_by_id_hash(tmp_path):
     assert len(expected) > 2 * 64  # more rows than both tier 0s: the stores hold rows too
 
     for world, capacity in ((1, 64), (3, 64), (1, 1000)):
-        tables = [DynamicTable(_config(tmp_path / f"w{world}-{capacity}", capacity=capacity), rank=r, world_size=world)
-                  for r in range(world)]
+        tables = [DynamicTable(_config(tmp_path / f"w{world}-{capacity}", capacity=capacity, backend=backend), rank=r,
+                               world_size=world) for r in range(world)]
         for table in tables:
             load_checkpoint({"item": table}, tmp_path / "ckpt")
             ids = np.array(list(_rows([table])))

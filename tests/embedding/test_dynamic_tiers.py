@@ -11,6 +11,7 @@ from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.export import apply_export, export_rows
 from genrec.embedding.dynamic.optim import SPARSE_OPTIMIZERS, RowOptimizer
 from genrec.embedding.dynamic.prefetch import Prefetcher
+from genrec.storage.stores import STORE_BACKENDS
 from genrec.embedding.dynamic.table import DynamicTable, lookup, tier0_bytes
 
 DIM, ROWS = 8, 30
@@ -66,9 +67,10 @@ def test_adam_is_torch_adam_on_each_row_stepped_when_touched():
     assert torch.allclose(weight, torch.stack([p.detach() for p in params]), atol=1e-6, rtol=0)
 
 
-def _table(capacity: int, store=None, optimizer="adagrad", **settings) -> DynamicTable:
+def _table(capacity: int, store=None, optimizer="adagrad", backend: str | None = None, **settings) -> DynamicTable:
+    tier2 = {"path": store, **({"backend": backend} if backend else {})} if store else {}
     return DynamicTable(DynamicTableConfig.build(DIM, capacity, init_std=0.1, optimizer={"name": optimizer, "lr": 0.05},
-                                                 store={"path": store} if store else {}, **settings))
+                                                 store=tier2, **settings))
 
 
 def _train(table: DynamicTable, batches, prefetch: int = 0) -> None:
@@ -106,7 +108,7 @@ def test_a_tier0_of_10_percent_trains_like_all_in_memory(tmp_path, optimizer):
     tiered.close()
 
 
-@pytest.mark.parametrize("backend", ["rocksdb", "lmdb"])
+@pytest.mark.parametrize("backend", STORE_BACKENDS)
 def test_tier_moves_keep_rows_and_state_bit_for_bit(tmp_path, backend):
     table = DynamicTable(DynamicTableConfig.build(DIM, 8, optimizer={"name": "adam"}, pinned_batches=1,
                                                   eviction={"policy": "lfu"},
@@ -165,8 +167,9 @@ def test_not_admitted_ids_read_the_default_and_have_no_row(kind):
     assert table.counters()["not_admitted"] == 3
 
 
-def test_deltas_applied_in_order_give_the_full_export(tmp_path):
-    table = _table(50, store=tmp_path / "store", eviction={"ttl": 5, "ttl_every": 1})
+@pytest.mark.parametrize("backend", STORE_BACKENDS)
+def test_deltas_applied_in_order_give_the_full_export(tmp_path, backend):
+    table = _table(50, store=tmp_path / "store", backend=backend, eviction={"ttl": 5, "ttl_every": 1})
     batches = _batches(30)
     _train(table, batches[:10])
     export_rows(table, tmp_path / "v10")

@@ -16,7 +16,7 @@ import torch
 
 from genrec.conf import compose_config
 from genrec.data.synthetic import generate_synthetic
-from genrec.embedding.dynamic.store import open_store
+from genrec.storage.stores import open_store
 from genrec.stream.replay import event_frame
 
 #: a tiny model and fast checkpoints (HSTU-free defaults of the stream tests); micro-batches in several steps

@@ -248,7 +248,7 @@ def test_prequential_windows_and_totals(tmp_path):
 
 
 def test_the_stores_report_their_own_memory(tmp_path):
-    from genrec.embedding.dynamic.store import open_store
+    from genrec.storage.stores import open_store
 
     store = open_store("rocksdb", tmp_path / "db", 800, cache_mib=8)
     ids = np.arange(5000, dtype=np.int64)
@@ -266,7 +266,7 @@ def test_the_stores_report_their_own_memory(tmp_path):
 def test_a_rocksdb_store_keeps_to_its_cache_with_its_memtables_charged_to_it(tmp_path):
     """160 MB written in small batches and read back into a store of 8 MiB: its memory stays near 8 MiB (RocksDB's
     cache capacity is not strict; memtables of its own, outside the cache, would hold tens of MiB)."""
-    from genrec.embedding.dynamic.store import open_store
+    from genrec.storage.stores import open_store
 
     store = open_store("rocksdb", tmp_path / "db", 800, cache_mib=8)
     assert store.memory_bound_bytes() == 8 << 20

@@ -33,7 +33,8 @@ import numpy as np
 
 from genrec.embedding.dynamic.eviction import LFU, LRU
 from genrec.embedding.dynamic.hashing import owner
-from genrec.embedding.dynamic.store import open_store, restore_snapshot
+from genrec.storage.durable import fsync_dir, fsync_tree
+from genrec.storage.stores import open_store, restore_snapshot
 from genrec.embedding.dynamic.table import DynamicTable
 from genrec.errors import DataError, writing
 from genrec.utils.integrity import check_manifest, write_manifest
@@ -264,24 +265,3 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a folder (its entries: a rename or a new file in it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(path: Path) -> None:
-    """fsync every file and folder under ``path``."""
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))

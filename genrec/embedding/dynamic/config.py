@@ -14,7 +14,7 @@ from typing import Any
 from genrec.embedding.dynamic.admission import ADMISSION_POLICIES
 from genrec.embedding.dynamic.eviction import EVICTION_POLICIES
 from genrec.embedding.dynamic.optim import SPARSE_OPTIMIZERS, RowOptimizer
-from genrec.embedding.dynamic.store import STORE_BACKENDS
+from genrec.storage.stores import STORE_BACKENDS
 from genrec.errors import ConfigError
 
 KEY = "embedding"
@@ -60,14 +60,15 @@ class DefaultConfig:
 class StoreConfig:
     """Tier 2. ``path``: folder of the store (each process uses ``<path>/rank<r>``, emptied when the table is
     built: the live store is scratch space, a run resumes from a checkpoint); ``null``: no tier 2 (a row
-    evicted from tier 0 is deleted). ``backend``: rocksdb | lmdb. ``cache_mib``: RocksDB's memory (its block cache,
-    memtables charged to it).
+    evicted from tier 0 is deleted). ``backend``: slab (:mod:`genrec.storage.slab`) | rocksdb | lmdb.
+    ``cache_mib``: the store's memory: RocksDB's block cache (memtables charged to it); the slab's ID index, which
+    holds at most ~118,000 rows per MiB (8 bytes a position, 90% full; more is an error naming this key).
     ``write_back_batches``: evicted batches waiting to be written (the bound of the asynchronous write-back).
     ``filter_mib``: Bloom filter of the IDs in tier 2 (a never-seen ID costs no store lookup; ~8M IDs per MiB at
     1% false positives)."""
 
     path: str | None = None
-    backend: str = "rocksdb"
+    backend: str = "slab"
     cache_mib: int = 64
     write_back_batches: int = 4
     filter_mib: int = 32
@@ -148,6 +149,8 @@ class DynamicTableConfig:
         need(d.hashed_rows >= 1, "default.hashed_rows", f"must be >= 1, got {d.hashed_rows}")
         need(self.optimizer.lr > 0, "optimizer.lr", f"must be positive, got {self.optimizer.lr}")
         need(s.backend in STORE_BACKENDS, "store.backend", f"must be one of {STORE_BACKENDS}, got {s.backend!r}")
+        need(s.cache_mib >= (4 if s.backend == "rocksdb" else 1), "store.cache_mib",
+             f"must be >= {4 if s.backend == 'rocksdb' else 1} (MiB) for store.backend={s.backend}, got {s.cache_mib}")
         need(s.write_back_batches >= 1, "store.write_back_batches", f"must be >= 1, got {s.write_back_batches}")
         need(s.filter_mib >= 1, "store.filter_mib", f"must be >= 1, got {s.filter_mib}")
         if s.path is not None:

@@ -7,28 +7,22 @@ the training thread's Python waits for it. These kernels run the loops (slot-map
 filter, count-min sketch, row init) without the lock; they compute the same values as the numpy code bit for bit
 (``tests/embedding/test_dynamic_native.py``), which stays as the reference and the fallback.
 
-The library is built once per source version into ``$GENREC_NATIVE_DIR`` (default ``~/.cache/genrec/native``):
-``cc -O3 -shared -fPIC -ffp-contract=off``, written under a temporary name and renamed, so concurrent processes
-never load a partial file. Without a compiler (or with ``GENREC_DYNAMIC_NATIVE=0``) the tables use numpy and the
-reason is logged once.
+The library is built once per source version by :mod:`genrec.storage.compiled`. Without a compiler (or with
+``GENREC_DYNAMIC_NATIVE=0``) the tables use numpy and the reason is logged once.
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-import numpy as np
+from genrec.storage.compiled import compile_library, ptr  # noqa: F401  (ptr: the kernels' callers use native.ptr)
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("native.c")
-FLAGS = ["-O3", "-shared", "-fPIC", "-ffp-contract=off", "-std=c99"]
 _I64, _U64, _PTR, _F64 = ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_double
 _SIGNATURES = {
     "genrec_mix64": ([_PTR, _I64, _U64, _PTR], None),
@@ -40,37 +34,6 @@ _SIGNATURES = {
     "genrec_init_rows": ([_PTR, _I64, _I64, _U64, _F64, _PTR], None),
 }
 _loaded: list = []  # [library or None] once load() ran
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GENREC_NATIVE_DIR") or Path.home() / ".cache" / "genrec" / "native")
-
-
-def library_path() -> Path:
-    """Where the library of the current ``native.c`` and flags lives."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    return cache_dir() / f"genrec_dynamic_{digest}.so"
-
-
-def build() -> Path:
-    """Compile ``native.c`` (if this version is not built yet); returns the library's path. Raises OSError or
-    CalledProcessError (with the compiler's message) when it cannot."""
-    path = library_path()
-    if path.exists():
-        return path
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler found (cc, gcc, or $CC)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=path.parent, suffix=".so.tmp")
-    os.close(fd)
-    try:
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial], check=True, capture_output=True, text=True)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return path
 
 
 def load() -> ctypes.CDLL | None:
@@ -85,7 +48,7 @@ def _load() -> ctypes.CDLL | None:
         log.info("dynamic tables: compiled kernels disabled by GENREC_DYNAMIC_NATIVE=0; using numpy")
         return None
     try:
-        library = ctypes.CDLL(str(build()))
+        return compile_library(SOURCE, _SIGNATURES)
     except subprocess.CalledProcessError as err:
         log.warning("dynamic tables: compiling %s failed (%s); using numpy, whose mapping holds the interpreter "
                     "lock (prefetching gains less)", SOURCE.name, (err.stderr or "").strip()[:500])
@@ -94,13 +57,3 @@ def _load() -> ctypes.CDLL | None:
         log.warning("dynamic tables: cannot build or load %s (%s); using numpy, whose mapping holds the "
                     "interpreter lock (prefetching gains less)", SOURCE.name, err)
         return None
-    for name, (args, result) in _SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = args, result
-    return library
-
-
-def ptr(array: np.ndarray) -> int:
-    """The address of a C-contiguous array's data (for a ctypes call)."""
-    assert array.flags.c_contiguous, "native kernels take C-contiguous arrays"
-    return array.ctypes.data

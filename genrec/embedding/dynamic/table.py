@@ -28,7 +28,7 @@ from genrec.embedding.dynamic.config import DynamicTableConfig
 from genrec.embedding.dynamic.eviction import LFU, LRU, Eviction
 from genrec.embedding.dynamic.hashing import init_rows, mix64
 from genrec.embedding.dynamic.slot_map import SlotMap
-from genrec.embedding.dynamic.store import open_store
+from genrec.storage.stores import open_store
 from genrec.embedding.dynamic.writeback import WriteBack
 
 _DEFAULT_SEED = 0xDEFA017
@@ -46,8 +46,8 @@ def record_dtype(dim: int, state_width: int) -> np.dtype:
 def tier0_bytes(config: DynamicTableConfig) -> int:
     """Bytes a table of ``config`` holds in process memory (what :meth:`DynamicTable.memory_bytes` reports once
     built): tier 0 (rows, optimizer state, default rows) and its bookkeeping (ID map, per-slot metadata, LRU queue or
-    LFU scores, free-slot stack, admission sketch). Tier 2's memory comes on top (``store.cache_mib``: RocksDB's block
-    cache, its memtables charged to it)."""
+    LFU scores, free-slot stack, admission sketch). Tier 2's memory comes on top (``store.cache_mib``: the slab's ID
+    index, or RocksDB's block cache with its memtables charged to it)."""
     c, rows = config.capacity, config.capacity + config.default_rows
     index = 1
     while index < 2 * c:

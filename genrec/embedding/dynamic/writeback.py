@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from genrec.embedding.dynamic.store import RowStore
+from genrec.storage.stores import RowStore
+from genrec.errors import UserError
 
 
 @dataclass
@@ -152,5 +153,8 @@ class WriteBack:
         self._stop()
 
     def _raise(self) -> None:
-        if self._channel.error is not None:
-            raise RuntimeError("the write-back thread failed") from self._channel.error
+        error = self._channel.error
+        if isinstance(error, UserError):  # one line for the user (a full slab index names its setting)
+            raise error
+        if error is not None:
+            raise RuntimeError("the write-back thread failed") from error

@@ -3,12 +3,14 @@
 A record is a fixed number of bytes (the table decides the layout, :mod:`genrec.embedding.dynamic.rows`); keys are
 the raw int64 IDs, big-endian with the sign bit flipped, so the store's byte order is the IDs' numeric order.
 
-:class:`RocksStore` (RocksDB through ``rocksdict``) is the default: bench_dynamic measured it against
-:class:`LmdbStore` (LMDB through ``lmdb``) and it keeps memory bounded (reads go through a block cache of a set
-size, where LMDB maps the file and every page read counts in the process's RSS). The live store needs no
-durability of its own (no write-ahead log): a run restarts from a checkpoint, and :meth:`checkpoint` writes a
-consistent snapshot with the store's own mechanism (RocksDB Checkpoint: a flush and hard links to the immutable
-table files; LMDB ``copy``).
+Three backends, measured side by side by bench_dynamic (``stores``, ``prefetch``, ``larger_than_memory``):
+:class:`~genrec.storage.slab.SlabStore` (``slab``: a file of fixed-size slots, an in-memory ID index of
+``cache_mib``; a row costs one write, never a compaction), :class:`RocksStore` (RocksDB through ``rocksdict``:
+memory bounded by a block cache of a set size whatever the rows, writes rewritten by flushes and compactions) and
+:class:`LmdbStore` (LMDB through ``lmdb``: it maps the file and every page read counts in the process's RSS). The
+live store needs no durability of its own (no write-ahead log): a run restarts from a checkpoint, and
+:meth:`checkpoint` writes a consistent snapshot with the store's own mechanism (RocksDB Checkpoint: a flush and hard
+links to the immutable table files; LMDB ``copy``; a copy of the slab file).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-STORE_BACKENDS = ("rocksdb", "lmdb")
+STORE_BACKENDS = ("slab", "rocksdb", "lmdb")
 _SIGN = np.uint64(1 << 63)
 
 
@@ -63,7 +65,7 @@ class RowStore:
         raise NotImplementedError
 
     def scan(self, chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every ``(ids, records)`` in ID order, ``chunk`` rows at a time."""
+        """Every ``(ids, records)``, ``chunk`` rows at a time (RocksDB, LMDB: in ID order; slab: in slot order)."""
         raise NotImplementedError
 
     def checkpoint(self, dest: str | Path) -> None:
@@ -244,6 +246,10 @@ def open_store(backend: str, path: str | Path, record_bytes: int, cache_mib: int
         return RocksStore(path, record_bytes, cache_mib=cache_mib, read_only=read_only)
     if backend == "lmdb":
         return LmdbStore(path, record_bytes, read_only=read_only)
+    if backend == "slab":
+        from genrec.storage.slab import SlabStore  # genrec.storage.slab builds on this module's RowStore
+
+        return SlabStore(path, record_bytes, cache_mib=cache_mib, read_only=read_only)
     raise ValueError(f"store backend must be one of {STORE_BACKENDS}, got {backend!r}")
 
 
@@ -255,10 +261,15 @@ def restore_snapshot(snapshot: str | Path, path: str | Path) -> None:
 
 
 def _link_or_copy(src: str, dst: str) -> None:
+    from genrec.storage.slab import SLAB_FILE, copy_in_pages
+
     if os.path.basename(src).endswith(".sst"):
         try:
             os.link(src, dst)
             return
         except OSError:
             pass
+    if os.path.basename(src) == SLAB_FILE:  # rewritten slot by slot once live: copied in 4 KiB writes
+        copy_in_pages(src, dst)
+        return
     shutil.copy2(src, dst)
