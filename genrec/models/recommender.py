@@ -95,8 +95,9 @@ class SequentialRecommender(nn.Module):
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
         if self.prior is None:
             return loss(states, batch.target_ids, item_ids, self._norm(items))
-        # the full softmax scores items 1..num_items: the prior's columns without the padding's
-        return loss(states, batch.target_ids, item_ids, self._norm(items), bias=self.prior(batch, training=True)[:, 1:])
+        # the full softmax's logits score items 1..num_items
+        return loss(states, batch.target_ids, item_ids, self._norm(items),
+                    bias=lambda logits, scale: self.prior.add_to(logits, batch, True, first_item=1, scale=scale))
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""
@@ -118,6 +119,6 @@ class SequentialRecommender(nn.Module):
         item_vectors = self.all_item_vectors() if item_vectors is None else item_vectors
         scores = self.user_embeddings(batch) @ item_vectors.T
         if self.prior is not None:
-            scores = scores + self.prior(batch, training=False)
+            self.prior.add_to(scores, batch, training=False)
         scores[:, PAD_ITEM] = float("-inf")
         return scores
