@@ -30,8 +30,12 @@ from torch import nn
 
 from genrec.data.batch import JaggedBatch
 from genrec.data.schema import SequenceData
+from genrec.errors import ConfigError
 from genrec.eval.baselines import LAST3_SKIP, ItemTransitions
 from genrec.ops.jagged import jagged_index
+
+#: ``model.prior.fit`` values (see :class:`TransitionPrior`)
+FITS = ("joint", "stacked")
 
 
 class TransitionPrior(nn.Module):
@@ -41,10 +45,17 @@ class TransitionPrior(nn.Module):
     Args:
         transitions: the baseline whose counts, number of voters, vote weights and skip weight are used.
         weight: the initial weights are ``weight * decay ** j``.
+        fit: how training fits the sum (one of :data:`FITS`): ``joint``, the model and the weights learn on the
+            summed scores (the model learns what the counts miss); ``stacked``, the model learns alone (today's
+            loss) and the weights learn on the sum with the model's scores detached (a second softmax over the same
+            logits, without the model's gradient), so the prior is an ensemble member fitted to the model.
     """
 
-    def __init__(self, transitions: ItemTransitions, weight: float = 1.0):
+    def __init__(self, transitions: ItemTransitions, weight: float = 1.0, fit: str = "joint"):
         super().__init__()
+        if fit not in FITS:
+            raise ConfigError("model.prior.fit", f"got {fit!r}, expected one of {', '.join(FITS)}")
+        self.fit = fit
         counts = transitions.counts.tocsr()
         counts.sort_indices()
         self.num_columns = counts.shape[1]
@@ -61,9 +72,9 @@ class TransitionPrior(nn.Module):
                                                                                 dtype=torch.float32))
 
     @classmethod
-    def from_data(cls, data: SequenceData, weight: float = 1.0) -> "TransitionPrior":
+    def from_data(cls, data: SequenceData, weight: float = 1.0, fit: str = "joint") -> "TransitionPrior":
         """The prior of ``transitions_last3_skip``'s counts on ``data``'s training parts."""
-        return cls(ItemTransitions(data, **LAST3_SKIP), weight)
+        return cls(ItemTransitions(data, **LAST3_SKIP), weight, fit)
 
     def _count(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """``C[rows, cols]`` ``(K,)`` (0 where not counted)."""

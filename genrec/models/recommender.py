@@ -93,11 +93,17 @@ class SequentialRecommender(nn.Module):
         ``item_ids`` (``None``: the whole table, ``C = num_items + 1``) were looked up (genrec.dist.pipeline looks
         them up ahead, from a batch that carries them as a KeyedJaggedTensor; side features are refused there)."""
         states = self._norm(self.encoder(inputs, batch.offsets, batch.timestamps, batch.query_timestamps))
+        items = self._norm(items)
         if self.prior is None:
-            return loss(states, batch.target_ids, item_ids, self._norm(items))
-        # the full softmax's logits score items 1..num_items
-        return loss(states, batch.target_ids, item_ids, self._norm(items),
-                    bias=lambda logits, scale: self.prior.add_to(logits, batch, True, first_item=1, scale=scale))
+            return loss(states, batch.target_ids, item_ids, items)
+
+        def bias(logits: torch.Tensor, scale: float) -> None:  # the full softmax's logits score items 1..num_items
+            self.prior.add_to(logits, batch, True, first_item=1, scale=scale)
+
+        if self.prior.fit == "stacked":  # the model learns alone, the prior's weights on its detached scores
+            return (loss(states, batch.target_ids, item_ids, items)
+                    + loss(states.detach(), batch.target_ids, item_ids, items.detach(), bias=bias))
+        return loss(states, batch.target_ids, item_ids, items, bias=bias)
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
         """``(B, D)`` state after each sequence's most recent item: the query for the next item."""

@@ -153,3 +153,23 @@ def test_build_task_adds_the_prior_with_the_full_softmax_only():
         build_task(compose_config("train", base + ["loss@model.loss=sampled"]), data.num_items, data=data)
     with pytest.raises(ValueError, match="needs the dataset"):
         build_task(compose_config("train", base), data.num_items)
+
+
+def test_a_stacked_prior_leaves_the_models_gradients_as_without_it():
+    data = clustered(False)
+    train = TrainSequences(data, 20)
+    batch = collate([train[i] for i in range(8)])
+    grads = {}
+    for prior in (None, TransitionPrior.from_data(data, fit="stacked")):
+        torch.manual_seed(0)
+        model = SequentialRecommender(ItemEmbedding(32, 8), SASRec(8, num_layers=1, num_heads=1, max_len=20,
+                                                                   dropout=0.0), prior=prior)
+        model.training_loss(batch, FullSoftmaxLoss(temperature=0.5)).backward()
+        grads[prior is None] = {n: p.grad.clone() for n, p in model.named_parameters() if not n.startswith("prior")}
+        if prior is not None:
+            assert (prior.weights.grad.abs() > 0).all()  # the weights learn on the model's detached scores
+    assert grads[True].keys() == grads[False].keys()
+    for name, grad in grads[True].items():
+        torch.testing.assert_close(grads[False][name], grad, msg=name)
+    with pytest.raises(ConfigError, match="model.prior.fit"):
+        TransitionPrior.from_data(data, fit="both")
