@@ -2865,11 +2865,13 @@ BUDGET_GOAL_MARGIN, BUDGET_GOAL_SECONDS = 0.10, 1800
 
 
 def _pass_cell(runs: list[dict], split: str) -> str:
-    """Mean CPU seconds to pass the heuristic on ``split`` over the runs; ``never (k/n)`` counts the runs that did
-    not pass it."""
+    """Mean CPU seconds to pass the heuristic on ``split`` over the runs that did, with how many did when not all;
+    ``never`` when none did."""
     times = [r["cpu_seconds_to_pass"][split] for r in runs]
     passed = [t for t in times if t is not None]
-    text = f"{statistics.mean(passed):.0f}" if passed else "never"
+    if not passed:
+        return "never"
+    text = f"{statistics.mean(passed):.0f}"
     return text if len(passed) == len(times) else f"{text} (passed {len(passed)}/{len(times)})"
 
 

@@ -134,13 +134,15 @@ class FullSoftmaxLoss(nn.Module):
         return torch.arange(1, num_items + 1, device=positive_ids.device)
 
     def forward(self, queries: torch.Tensor, positive_ids: torch.Tensor, item_ids: torch.Tensor,
-                item_vectors: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+                item_vectors: torch.Tensor, bias: Callable[[torch.Tensor, float], object] | None = None
+                ) -> torch.Tensor:
         """``queries (M, D)``, ``positive_ids (M,)``, ``item_vectors (num_items, D)`` of items ``1..num_items``
-        -> mean loss (scalar). ``bias (M, num_items)``: added to the similarities before the temperature (a
-        residual prior, genrec.models.prior_head)."""
+        -> mean loss (scalar). ``bias(logits, scale)``: adds ``scale`` times a term in similarity units to the
+        ``(M, num_items)`` logits in place, called with ``scale = 1 / temperature`` (a residual prior,
+        genrec.models.prior_head)."""
         # the temperature scales the (M, D) queries, not the (M, num_items) logits: the same logits for one pass
         # over the small side (bit-identical at temperature 1)
         logits = (queries / self.temperature) @ item_vectors.T  # (M, num_items)
         if bias is not None:
-            logits = logits + bias / self.temperature
+            bias(logits, 1.0 / self.temperature)
         return F.cross_entropy(logits, positive_ids - 1)

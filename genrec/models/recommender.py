@@ -108,13 +108,20 @@ class SequentialRecommender(nn.Module):
         states = self.similarity.prepare(self.encoder(inputs, batch.offsets, batch.timestamps,
                                                       batch.query_timestamps))
         positives, items = batch.target_ids, self.similarity.prepare(items)
-        # a prior needs the full softmax, which scores items 1..num_items: its columns without the padding's
-        bias = None if self.prior is None else self.prior(batch, training=True)[:, 1:]
         if targets is not None:
+            if self.prior is not None:
+                raise UserError("model.prior scores every position of a batch; it cannot train on a subset of "
+                                "the positions (genrec-stream refuses it)")
             states, positives = states[targets], positives[targets]
-            bias = None if bias is None else bias[targets]
-        if bias is None:
+        if self.prior is None:
             return loss(states, positives, item_ids, items)
+
+        def bias(logits: torch.Tensor, scale: float) -> None:  # the full softmax's logits score items 1..num_items
+            self.prior.add_to(logits, batch, True, first_item=1, scale=scale)
+
+        if self.prior.fit == "stacked":  # the model learns alone, the prior's weights on its detached scores
+            return (loss(states, positives, item_ids, items)
+                    + loss(states.detach(), positives, item_ids, items.detach(), bias=bias))
         return loss(states, positives, item_ids, items, bias=bias)
 
     def user_embeddings(self, batch: JaggedBatch) -> torch.Tensor:
@@ -137,6 +144,6 @@ class SequentialRecommender(nn.Module):
         item_vectors = self.all_item_vectors() if item_vectors is None else item_vectors
         scores = self.user_embeddings(batch) @ item_vectors.T
         if self.prior is not None:
-            scores = scores + self.prior(batch, training=False)
+            self.prior.add_to(scores, batch, training=False)
         scores[:, PAD_ITEM] = float("-inf")
         return scores

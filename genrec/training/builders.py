@@ -201,7 +201,8 @@ def _attach_prior(cfg: DictConfig, task: RecommenderTask, data: SequenceData | N
         raise ConfigError("model.prior", f"sharding={cfg.sharding.type}: the transition prior runs unsharded only")
     if data is None:
         raise ValueError(f"model={cfg.model.name} adds the transition prior: build_task needs the dataset (data=)")
-    task.model.prior = TransitionPrior.from_data(data, cfg.model.prior.get("weight", 1.0))
+    task.model.prior = TransitionPrior.from_data(data, cfg.model.prior.get("weight", 1.0),
+                                                 cfg.model.prior.get("fit", "joint"))
 
 
 def build_task(cfg: DictConfig, num_items: int, item_raw_ids: np.ndarray | None = None,

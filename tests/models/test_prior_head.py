@@ -1,7 +1,7 @@
 """The residual transition prior (genrec.models.prior_head) and the co-occurrence initialisation of the item table
 (genrec.models.item_init): both read the training parts only (a transition planted in the validation and test
-targets never reaches them), the prior ranks as the heuristic does, a training position's prior leaves the
-position's own transitions out, and the loss and the ranking see the same sum."""
+targets never reaches them), the prior is the weighted log counts of the last three items, a training position's
+prior leaves the position's own transitions out, and the loss and the ranking see the same sum."""
 import numpy as np
 import pytest
 import torch
@@ -13,7 +13,6 @@ from genrec.data.schema import SequenceData
 from genrec.embedding import ItemEmbedding
 from genrec.errors import ConfigError
 from genrec.models.counts import LAST3_SKIP, ItemTransitions
-from genrec.eval.metrics import evaluate
 from genrec.models.item_init import initialize_items, transition_vectors
 from genrec.models.losses import FullSoftmaxLoss
 from genrec.models.prior_head import TransitionPrior
@@ -53,15 +52,12 @@ def eval_batch(data: SequenceData, split: str):
 
 def test_prior_counts_training_parts_only():
     planted, plain = TransitionPrior.from_data(clustered(True)), TransitionPrior.from_data(clustered(False))
-    for name in ("crow", "col", "values", "fill"):  # the held-out targets change nothing
+    for name in ("crow", "col", "log_counts", "keys", "counts"):  # the held-out targets change nothing
         assert torch.equal(getattr(planted, name), getattr(plain, name)), name
     # every test history ends with the planted validation target 31: the planted 31 -> 32 is never counted
-    data = clustered(True)
-    batch = eval_batch(data, "test")
+    batch = eval_batch(clustered(True), "test")
     assert (batch.item_ids[batch.last_positions()] == HELD_OUT[0]).all()
-    scores = planted.heuristic_scores(batch.item_ids, batch.offsets, batch.last_positions())
-    assert (scores[:, list(HELD_OUT)] == 0).all()  # not even a popularity fill: no training part holds them
-    assert (planted(batch, training=False)[:, HELD_OUT[1]] == 0).all()
+    assert (planted(batch, training=False)[:, list(HELD_OUT)] == 0).all()
 
 
 def test_item_init_reads_training_parts_only():
@@ -92,37 +88,35 @@ def test_item_init_refuses_an_unknown_name():
         initialize_items(model, clustered(True), "svd")
 
 
-def test_prior_ranks_as_the_heuristic():
+def test_prior_is_the_weighted_log_counts_of_the_last_three_items():
     data = clustered(False)
-    prior, heuristic = TransitionPrior.from_data(data), ItemTransitions(data, **LAST3_SKIP)
+    prior, heuristic = TransitionPrior.from_data(data, weight=2.0), ItemTransitions(data, **LAST3_SKIP)
+    log_counts = heuristic.counts.toarray()
+    log_counts = np.log1p(log_counts)
     for split in ("valid", "test"):
         batch = eval_batch(data, split)
-        np.testing.assert_allclose(prior(batch, training=False).detach().numpy(), torch.log1p(heuristic(batch)).numpy(),
-                                   rtol=1e-6, atol=1e-7)
-        examples = EvalSequences(data, 20, split)
-        loader = [collate([examples[i] for i in range(0, len(examples), 2)]),
-                  collate([examples[i] for i in range(1, len(examples), 2)])]
-        assert evaluate(lambda b: prior(b, training=False), loader) == evaluate(heuristic, loader)
+        items, ends = batch.item_ids.numpy(), batch.offsets[1:].numpy()
+        by_hand = sum(2.0 * 0.5 ** j * log_counts[items[ends - 1 - j]] for j in range(3))  # every history has 3+
+        np.testing.assert_allclose(prior(batch, training=False).detach().numpy(), by_hand, rtol=1e-6, atol=1e-6)
 
 
 def test_training_prior_leaves_each_positions_own_transitions_out():
     # training parts: u0 [1, 2, 3], u1 [1, 2, 4], u2 [5, 6]; counted pairs (direct 1, skip-one 0.5):
-    # 1->2: 2, 2->3: 1, 2->4: 1, 1..3: 0.5, 1..4: 0.5, 5->6: 1
+    # 1->2: 2, 2->3: 1, 2->4: 1, 1..3: 0.5, 1..4: 0.5, 5->6: 1; voter weights 1, 0.5 (, 0.25)
     data = sequences([1, 2, 3, 7, 8], [1, 2, 4, 7, 8], [5, 6, 7, 8])
     prior = TransitionPrior.from_data(data)
     train = TrainSequences(data, 20)
     batch = collate([train[i] for i in range(len(train))])  # inputs [1, 2], [1, 2], [5]; targets [2, 3], [2, 4], [6]
-    scores = prior.heuristic_scores(batch.item_ids, batch.offsets, torch.arange(5), batch.target_ids)
-    expected = torch.zeros(5, 9)
-    expected[0, [2, 3, 4]] = torch.tensor([1.0, 0.5, 0.5])  # 1 -> 2 counted twice, once by this position
-    expected[1, [2, 3, 4]] = torch.tensor([1.0, 0.0, 1.25])  # 2 -> 3 and 1..3 are u0's own: nothing left
-    expected[2, [2, 3, 4]] = torch.tensor([1.0, 0.5, 0.5])
-    expected[3, [2, 3, 4]] = torch.tensor([1.0, 1.25, 0.0])  # the mirror image for u1
-    torch.testing.assert_close(scores, expected + prior.fill, rtol=0, atol=0)  # u2's 5 -> 6 is its own: row 4 zero
-    # ranking u0's validation target from [1, 2, 3] counts its own pairs: 2 and 1 vote for 3 with 0.5 * 1 + 0.25 * 0.5
+    log = np.log
+    expected = torch.zeros(5, 9, dtype=torch.float64)
+    expected[0, [2, 3, 4]] = torch.tensor([log(2), log(1.5), log(1.5)])  # 1 -> 2 counted twice, once by this position
+    expected[1, [2, 3, 4]] = torch.tensor([0.5 * log(3), 0.0, log(2) + 0.5 * log(1.5)])  # 2 -> 3, 1..3: u0's own
+    expected[2] = expected[0]
+    expected[3, [2, 3, 4]] = torch.tensor([0.5 * log(3), log(2) + 0.5 * log(1.5), 0.0])  # the mirror image for u1
+    torch.testing.assert_close(prior(batch, training=True).detach().double(), expected)  # u2's 5 -> 6: its own
+    # ranking u0's validation target from [1, 2, 3] counts its own pairs: 2 and 1 vote for 3
     history = collate([EvalSequences(data, 20, "valid")[0]])
-    assert prior.heuristic_scores(history.item_ids, history.offsets, history.last_positions())[0, 3].item() \
-        == pytest.approx(0.625 + prior.fill[3].item())
+    assert prior(history, training=False)[0, 3].item() == pytest.approx(0.5 * log(2) + 0.25 * log(1.5))
 
 
 def test_loss_and_ranking_add_the_same_prior():
@@ -139,7 +133,7 @@ def test_loss_and_ranking_add_the_same_prior():
     trained = model.training_loss(batch, loss)
     assert trained.item() == pytest.approx(by_hand.item(), rel=1e-5)
     trained.backward()
-    assert model.prior.weight.grad is not None and model.prior.weight.grad.abs() > 0
+    assert model.prior.weights.grad is not None and (model.prior.weights.grad.abs() > 0).all()
     history = eval_batch(data, "test")
     own = model.user_embeddings(history) @ table.T
     scores = model.score_all(history)
@@ -152,9 +146,30 @@ def test_build_task_adds_the_prior_with_the_full_softmax_only():
     base = ["data.reader.num_users=50", "data.reader.num_items=32", "model.dim=8", "model.prior.enabled=true"]
     data = clustered(False)
     task = build_task(compose_config("train", base), data.num_items, data=data)
-    assert isinstance(task.model.prior, TransitionPrior) and task.model.prior.weight.item() == 1.0
-    assert "model.prior.weight" in dict(task.named_parameters())  # trained with the model
+    assert isinstance(task.model.prior, TransitionPrior)
+    assert task.model.prior.weights.tolist() == [1.0, 0.5, 0.25]
+    assert "model.prior.weights" in dict(task.named_parameters())  # trained with the model
     with pytest.raises(ConfigError, match="model.prior"):
         build_task(compose_config("train", base + ["loss@model.loss=sampled"]), data.num_items, data=data)
     with pytest.raises(ValueError, match="needs the dataset"):
         build_task(compose_config("train", base), data.num_items)
+
+
+def test_a_stacked_prior_leaves_the_models_gradients_as_without_it():
+    data = clustered(False)
+    train = TrainSequences(data, 20)
+    batch = collate([train[i] for i in range(8)])
+    grads = {}
+    for prior in (None, TransitionPrior.from_data(data, fit="stacked")):
+        torch.manual_seed(0)
+        model = SequentialRecommender(ItemEmbedding(32, 8), SASRec(8, num_layers=1, num_heads=1, max_len=20,
+                                                                   dropout=0.0), prior=prior)
+        model.training_loss(batch, FullSoftmaxLoss(temperature=0.5)).backward()
+        grads[prior is None] = {n: p.grad.clone() for n, p in model.named_parameters() if not n.startswith("prior")}
+        if prior is not None:
+            assert (prior.weights.grad.abs() > 0).all()  # the weights learn on the model's detached scores
+    assert grads[True].keys() == grads[False].keys()
+    for name, grad in grads[True].items():
+        torch.testing.assert_close(grads[False][name], grad, msg=name)
+    with pytest.raises(ConfigError, match="model.prior.fit"):
+        TransitionPrior.from_data(data, fit="both")
