@@ -22,7 +22,7 @@
 #   47), level_swap (the same RQ-VAE codes with the first two levels swapped, level_order=[1,0,2]: items of one
 #   coarse cluster, which for a collaborative embedding are items that follow the same items, get different first
 #   codes), gpu_recipe (the GPU recipe's batches of 1,024, lr 2e-3 after 200 warm-up steps, cosine decay, 40 epochs
-#   validated every 4, on the CPU).
+#   validated every 4, on the CPU); then the validation curves of every try so far -> results/curves_beauty_codes.json.
 #
 # SEEDS (default "0 1 2"), EPOCHS (the generators' and the distilled SASRec's epoch cap: Beauty 10, Scientific 25 by
 # default, the budgets of the recorded post-training runs), THREADS (1), RUNS (runs/gr/<dataset>); DOC=0 skips
@@ -106,6 +106,9 @@ case "$PART" in
       train "$RUNS/codes-$TRY-$seed" "${GENERATOR[@]}" distill.teacher="$RUNS/teacher" seed="$seed" \
         ranking@model.decoding=codes ${TRIES[$TRY]} results_name="beauty_codes_${TRY}_seed$seed"
     done
+    finished=()  # the validation curves of every try trained so far
+    for dir in "$RUNS"/codes-*; do [ -f "$dir/metrics.json" ] && finished+=("$dir"); done
+    "$PY" scripts/record_curves.py --out results/curves_beauty_codes.json "${finished[@]}"
     ;;
   *) echo "PART must be ranking, cold or codes, not $PART" >&2; exit 2 ;;
 esac
