@@ -219,7 +219,7 @@ def _test_noise(run: dict) -> list[str]:
 
 
 #: results of scripts/reproduce_generative_retrieval.sh, shown in their own sections (not the training tables)
-GR_TAGS = ("_gr_", "_cold_", "_codes_")
+GR_TAGS = ("_gr_", "_cold_", "beauty_codes_")
 
 
 def _best_generative_runs(runs: list[dict], files: list[dict]) -> list[dict]:
@@ -1239,6 +1239,53 @@ def _ranking_reading(modes: dict[str, list[dict]], comp: dict, distilled: list[d
     return ["".join(lines) + ".", ""]
 
 
+#: issue 45's goal for codes alone (ActionPiece's published Beauty NDCG@10) and its stretch (transitions_last3_skip)
+CODES_GOAL, CODES_STRETCH = 0.0424, 0.0500
+CODES_TRIES = {"control": "the ranking table's generator recipe, chosen by its codes",
+               "first1024": "SIDs with a first codebook of 1,024 codes (RQ-VAE 1024 x 256 x 256 + collisions)",
+               "level_swap": "the same RQ-VAE codes with the first two levels swapped (`level_order=[1,0,2]`)",
+               "gpu_recipe": "the GPU recipe on the CPU: batches of 1,024, lr 2e-3, 200 warm-up steps, cosine, 40 "
+                             "epochs validated every 4"}
+
+
+def codes_tries_tables(files: list[dict]) -> list[str]:
+    """Issue 45's changes for codes that rank on their own (``PART=codes``): each try's codes-only validation (the
+    choice) and test figures against the control, and the goal's gap."""
+    runs = sorted((f for f in files if f["name"].startswith("beauty_codes_") and "metrics" in f),
+                  key=lambda f: (list(CODES_TRIES).index(f["name"][13:f["name"].rindex("_seed")])
+                                 if f["name"][13:f["name"].rindex("_seed")] in CODES_TRIES else 99, f["seed"]))
+    if not runs:
+        return []
+    out = ["## Codes that rank on their own: beauty", "",
+           "`scripts/reproduce_generative_retrieval.sh` (`PART=codes TRY=<try>`): the generator of the ranking table "
+           "(item head tied to item-ID inputs, distilled from the same SASRec teacher into codes and head) with one "
+           "change each, ranked and chosen by its codes alone (`ranking@model.decoding=codes`: the beam of 20 by code "
+           "log-probability; the best validation NDCG@10 picks the checkpoint), seed 0 unless listed. The learning "
+           "curves are in the curves section (`results/curves_beauty_codes.json`).", "",
+           "| try | change | SID codebooks | valid ndcg@10 (the choice) | test recall@10 | test ndcg@10 | seeds | "
+           "epochs (best), train time | source |", "|" + "---|" * 9]
+    by_try = defaultdict(list)
+    for r in runs:
+        by_try[r["name"][13:r["name"].rindex("_seed")]].append(r)
+    for name, tries in by_try.items():
+        sizes = " x ".join(str(k) for k in tries[0]["sid_table"]["codebook_sizes"])
+        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes} | "
+                   f"{_cell([r['metrics']['valid']['ndcg@10'] for r in tries])} | "
+                   f"{_cell([r['metrics']['test']['recall@10'] for r in tries])} | "
+                   f"{_cell([r['metrics']['test']['ndcg@10'] for r in tries])} | "
+                   f"{', '.join(str(r['seed']) for r in tries)} | {_budget(tries)} | "
+                   + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
+    best = max(by_try, key=lambda n: _mean_of(by_try[n], "valid", "ndcg@10"))
+    test = _mean_of(by_try[best], "test", "ndcg@10")
+    control = by_try.get("control")
+    out += ["", f"Commits: {_commits(runs)}.", "",
+            f"Validation picks `{best}` (test NDCG@10 {test:.4f}" + (
+                f", {_change(test, _mean_of(control, 'test', 'ndcg@10'))} against the control" if control else "")
+            + f"). Goal {CODES_GOAL} (ActionPiece): **{'met' if test >= CODES_GOAL else 'not met'}**, gap "
+            f"{_change(test, CODES_GOAL)}; stretch {CODES_STRETCH}: gap {_change(test, CODES_STRETCH)}.", ""]
+    return out
+
+
 COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
              "codes_unseen": ("the same beam among the cold items' IDs only", "codes"),
              "head": ("the item head's top 20 (a cold item's row never trained)", "head"),
@@ -1432,7 +1479,7 @@ def curve_tables(files: list[dict]) -> list[str]:
 
         def label(run: dict) -> str:
             named = {"name": run["results_name"] or ""}
-            return _stage_label(_stage(named)) if _post_prefix(named) else run["run"]
+            return _stage_label(_stage(named)) if _post_prefix(named) else (run["results_name"] or run["run"])
 
         generative = [run for run in r["runs"] if run["model"] != "sasrec"]
         width = max(start(run) + run["epochs_run"] for run in generative)
@@ -1449,7 +1496,7 @@ def curve_tables(files: list[dict]) -> list[str]:
                 epoch = start(run) + point["epoch"]
                 if epoch < width:
                     cells[epoch] = f"{point['ndcg@10']:.4f}"
-            best = run["curve"][run["best_epoch"]]
+            best = next(p for p in run["curve"] if p["epoch"] == run["best_epoch"])  # runs may skip validations
             out.append(f"| {label(run)} | {run['lr']:g}, {run['schedule']} | " + " | ".join(cells) +
                        f" | {best['ndcg@10']:.4f} ({start(run) + run['best_epoch'] + 1}) | "
                        f"{run['test']['ndcg@10']:.4f} |")
@@ -2923,35 +2970,38 @@ def main() -> None:
     lines = ["# Results", "", "Generated by `scripts/make_results_doc.py` from `results/*.json`; do not edit by hand.",
              "Every row links the file(s) it comes from; each file records the dataset, config, seed and commit.",
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
-    lines += data_stats_tables(files)
-    lines += training_tables(files)
+    # issue 45's files have their own sections (each also reads the files it compares with)
+    others = [f for f in files if not any(tag in f["name"] for tag in GR_TAGS)]
+    lines += data_stats_tables(others)
+    lines += training_tables(others)
     lines += generative_retrieval_tables(files)
     lines += cold_start_tables(files)
-    lines += gpu_recipe_tables(files)
-    lines += feature_tables(files)
-    lines += budget_tables(files)
-    lines += post_training_tables(files)
-    lines += sid_source_tables(files)
-    lines += diagnosis_tables(files)
-    lines += ranking_tables(files)
-    lines += curve_tables(files)
-    lines += export_tables(files)
-    lines += benchmark_tables(files)
-    lines += hstu_peer_tables(files)
-    lines += tokenizer_tables(files)
-    lines += kernel_tables(files)
-    lines += bench_beam_tables(files)
-    lines += bench_dynamic_tables(files)
-    lines += dynamic_quality_tables(files)
-    lines += bench_telemetry_tables(files)
-    lines += bench_fsdp_tables(files)
-    lines += bench_pipeline_tables(files)
-    lines += bench_precision_tables(files)
-    lines += bench_compile_tables(files)
-    lines += stream_vs_offline_tables(files)
-    lines += bench_stream_tables(files)
-    lines += bench_preprocess_tables(files)
-    lines += sweep_tables(files)
+    lines += codes_tries_tables(files)
+    lines += gpu_recipe_tables(others)
+    lines += feature_tables(others)
+    lines += budget_tables(others)
+    lines += post_training_tables(others)
+    lines += sid_source_tables(others)
+    lines += diagnosis_tables(others)
+    lines += ranking_tables(others)
+    lines += curve_tables(others)
+    lines += export_tables(others)
+    lines += benchmark_tables(others)
+    lines += hstu_peer_tables(others)
+    lines += tokenizer_tables(others)
+    lines += kernel_tables(others)
+    lines += bench_beam_tables(others)
+    lines += bench_dynamic_tables(others)
+    lines += dynamic_quality_tables(others)
+    lines += bench_telemetry_tables(others)
+    lines += bench_fsdp_tables(others)
+    lines += bench_pipeline_tables(others)
+    lines += bench_precision_tables(others)
+    lines += bench_compile_tables(others)
+    lines += stream_vs_offline_tables(others)
+    lines += bench_stream_tables(others)
+    lines += bench_preprocess_tables(others)
+    lines += sweep_tables(others)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC} from {len(files)} result files")

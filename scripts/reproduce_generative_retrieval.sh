@@ -7,7 +7,8 @@
 #   per seed the SID generator with the item head tied to item-ID inputs, distilled from the teacher into codes and
 #   head (the recipe of the Beauty post-training table's _items_tied_hdistill rows), its checkpoint chosen by the
 #   head's validation NDCG@10 (ranking@model.decoding=head) -> <dataset>_gr_generator_seed<S>; per seed a SASRec of
-#   the generator's size (its backbone: dim 128, 4 blocks of 4 heads, MLP 512, dropout 0.1; the same item table)
+#   the generator's size (its backbone: dim 128, 4 blocks of 4 heads, MLP 512, dropout 0.1; the same item table;
+#   batches of similar lengths as the generator's)
 #   distilled from the same teacher the same way (stage.weight=1: the teacher's top 100 items at every position)
 #   for the same epochs -> <dataset>_gr_sasrec_distill_seed<S>; then every seed's checkpoint ranked four ways
 #   (scripts/compare_rankings.py --mode codes head liger guided) -> results/<dataset>_gr_rankings.json.
@@ -22,7 +23,7 @@
 #   47), level_swap (the same RQ-VAE codes with the first two levels swapped, level_order=[1,0,2]: items of one
 #   coarse cluster, which for a collaborative embedding are items that follow the same items, get different first
 #   codes), gpu_recipe (the GPU recipe's batches of 1,024, lr 2e-3 after 200 warm-up steps, cosine decay, 40 epochs
-#   validated every 4, on the CPU).
+#   validated every 4, on the CPU); then the validation curves of every try so far -> results/curves_beauty_codes.json.
 #
 # SEEDS (default "0 1 2"), EPOCHS (the generators' and the distilled SASRec's epoch cap: Beauty 10, Scientific 25 by
 # default, the budgets of the recorded post-training runs), THREADS (1), RUNS (runs/gr/<dataset>); DOC=0 skips
@@ -45,8 +46,10 @@ GENERATOR=(experiment="${DATASET}_sid_gpt" model.generator.item_head=true model.
            model.generator.tie_item_tables=true stage=distill stage.item_head_weight=1.0
            trainer.max_epochs="$EPOCHS")
 # a SASRec of the generator's size: its backbone and item table
+# (in batches of similar lengths, as the generator's: SASRec pads each batch to its longest sequence)
 SASREC_OF_GENERATOR=(experiment="${DATASET}_sasrec" model.dim=128 model.encoder.num_layers=4 model.encoder.num_heads=4
-                     +model.encoder.ffn_dim=512 model.encoder.dropout=0.1 trainer.max_epochs="$EPOCHS")
+                     +model.encoder.ffn_dim=512 model.encoder.dropout=0.1 +model.bucket_by_length=true
+                     trainer.max_epochs="$EPOCHS")
 
 train() {  # train <run folder> <overrides...>: skipped when the folder holds a finished run
   local dir=$1; shift
@@ -106,6 +109,9 @@ case "$PART" in
       train "$RUNS/codes-$TRY-$seed" "${GENERATOR[@]}" stage.teacher="$RUNS/teacher" seed="$seed" \
         ranking@model.decoding=codes ${TRIES[$TRY]} results_name="beauty_codes_${TRY}_seed$seed"
     done
+    finished=()  # the validation curves of every try trained so far
+    for dir in "$RUNS"/codes-*; do [ -f "$dir/metrics.json" ] && finished+=("$dir"); done
+    "$PY" scripts/record_curves.py --out results/curves_beauty_codes.json "${finished[@]}"
     ;;
   *) echo "PART must be ranking, cold or codes, not $PART" >&2; exit 2 ;;
 esac
