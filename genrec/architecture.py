@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, dict[str, str]]] = [
                     "genrec.cli": "the one-line error policy of every CLI"}),
     ("ops", {"genrec.ops": "jagged ops, sampled logits"}),
     ("data", {"genrec.data": "readers, sequences, splits, batches",
-              "genrec.storage": "embedded stores, atomic writes, ID hashing",
+              "genrec.storage": "embedded stores, durable writes, C sources built at first use",
               "genrec.tokenize.sid_table": "the semantic-ID table (item <-> codes)"}),
     ("tables", {"genrec.embedding": "item tables: static (TorchRec), dynamic (tiered)"}),
     ("models", {"genrec.models": "encoders, recommenders, generators, losses, beam search, count baselines",

@@ -30,7 +30,7 @@ from genrec.runs import RunFolder
 from genrec.stream.baselines import ONLINE_BASELINES
 from genrec.stream.exports import check_exportable
 from genrec.stream.learner import Learner
-from genrec.stream.trainer import StreamTrainer
+from genrec.stream.loop import StreamLoop
 from genrec.training.tables import check_table_config
 from genrec.utils.provenance import provenance, write_json
 
@@ -120,7 +120,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     source = instantiate(cfg.source, _convert_="all")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    trainer = StreamTrainer(cfg, run_dir, source, learner, cfg.model.name)
+    trainer = StreamLoop(cfg, run_dir, source, learner, cfg.model.name)
     try:
         summary = trainer.run()
     finally:

@@ -13,6 +13,7 @@ from genrec.conf import compose_config
 from genrec.embedding.dynamic.checkpoint import load_checkpoint, save_checkpoint
 from genrec.embedding.dynamic.table import DynamicTable
 from genrec.errors import DataError
+from genrec.storage.slab import SLAB_FILE
 from tests.embedding.test_dynamic_checkpoint import _batches, _config, _rows, _train
 from tests.embedding.test_dynamic_runs import TINY_DYNAMIC
 from tests.test_cli_errors import _cli, _one_line_error
@@ -22,9 +23,9 @@ RUN_ID = "a" * 32
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory) -> tuple[Path, dict]:
-    """A table with rows in its RocksDB tier, saved by run ``RUN_ID`` -> (checkpoint folder, the rows it holds)."""
+    """A table with rows in its RocksDB tier (the store whose files this module damages), saved by run ``RUN_ID`` -> (checkpoint folder, the rows it holds)."""
     tmp = tmp_path_factory.mktemp("snapshot")
-    table = DynamicTable(_config(tmp / "store"))
+    table = DynamicTable(_config(tmp / "store", backend="rocksdb"))
     _train(table, _batches(30))
     save_checkpoint({"item": table}, tmp / "ckpt", run_id=RUN_ID)
     rows = _rows([table])
@@ -34,7 +35,7 @@ def snapshot(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _load(folder: Path, tmp_path: Path, run_id: str | None = RUN_ID) -> DynamicTable:
-    table = DynamicTable(_config(tmp_path / "live"))
+    table = DynamicTable(_config(tmp_path / "live", backend="rocksdb"))
     try:
         load_checkpoint({"item": table}, folder, run_id)
     except BaseException:
@@ -112,8 +113,8 @@ def test_eval_of_a_run_with_a_damaged_table_snapshot_is_one_line_naming_the_run_
     run_dir = Path(shutil.copytree(dynamic_run, tmp_path / "run"))
     snapshot = run_dir / "checkpoints" / torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True,
                                                     mmap=True)["genrec_dynamic_tables"]
-    sst = sorted(snapshot.rglob("*.sst"))[0]
-    sst.unlink()
+    slab = next(snapshot.rglob(SLAB_FILE))  # the default store's file
+    slab.unlink()
     proc = _cli("genrec.evaluate", f"run_dir={run_dir}", "baselines=[]", cwd=tmp_path)
-    line = _one_line_error(proc, "genrec-eval", f"{sst}: missing: the checkpoint lists it in {snapshot}")
+    line = _one_line_error(proc, "genrec-eval", f"{slab}: missing: the checkpoint lists it in {snapshot}")
     assert "genrec-store-" not in line  # not the private copy of the store

@@ -19,7 +19,7 @@ from genrec.errors import DataError, DiskFullError, UserError
 from genrec.runs import RunFolder
 from genrec.stream.checkpoint import Checkpoints
 from tests.stream.helpers import assert_same_state, final_state
-from tests.stream.test_trainer import _resume, _run, stream_files  # noqa: F401 (a fixture)
+from tests.stream.test_loop import _resume, _run, stream_files  # noqa: F401 (a fixture)
 
 STOP = ["stream.max_events=1024"]  # checkpoints every 256 records, the newest 2 kept: step 768 and step 1024
 
@@ -49,10 +49,11 @@ def _flip_a_byte(path: Path) -> None:
 
 
 def _truncate_a_table_file(step: Path) -> Path:
-    sst = sorted((step / "tables" / "item_table" / "rank0" / "store").glob("*.sst"))[0]
-    with open(sst, "r+b") as f:
-        f.truncate(sst.stat().st_size // 2)
-    return sst
+    """Halve the tier-2 store's largest file (the slab file of the default store)."""
+    store = max((step / "tables" / "item_table" / "rank0" / "store").iterdir(), key=lambda p: p.stat().st_size)
+    with open(store, "r+b") as f:
+        f.truncate(store.stat().st_size // 2)
+    return store
 
 
 def _another_runs(step: Path) -> str:

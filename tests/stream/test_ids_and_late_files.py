@@ -26,7 +26,7 @@ from genrec.stream import cli
 from genrec.stream.events import EventSchema, Records, parse, parse_ids
 from genrec.stream.files import DirectorySource, write_event_files
 from genrec.stream.redis_streams import RedisStreamSource
-from genrec.stream.trainer import concat_records
+from genrec.stream.loop import concat_records
 from tests.stream.helpers import TINY, compose_stream, redis_server_path, tiny_events
 
 FIELDS = ["event_id", "user_id", "item_id", "timestamp"]

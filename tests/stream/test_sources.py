@@ -15,7 +15,7 @@ from genrec.stream.events import EventSchema
 from genrec.stream.files import DirectorySource, count_rows, write_event_files
 from genrec.stream.redis_streams import RedisStreamSource, publish
 from genrec.stream.replay import ReplaySource, event_frame
-from genrec.stream.trainer import StreamTrainer
+from genrec.stream.loop import StreamLoop
 from tests.stream.helpers import tiny_events
 
 SCHEMA = EventSchema()
@@ -167,9 +167,9 @@ def test_the_trainer_waits_for_records_only_while_it_has_none(tmp_path, kind, re
     source.restore(None)
     trainer = types.SimpleNamespace(source=source, offset=None)
     started = time.monotonic()
-    assert len(StreamTrainer.read(trainer, 256)) == 50
+    assert len(StreamLoop.read(trainer, 256)) == 50
     assert time.monotonic() - started < 1.5
     started = time.monotonic()
-    assert len(StreamTrainer.read(trainer, 256)) == 0
+    assert len(StreamLoop.read(trainer, 256)) == 0
     assert time.monotonic() - started >= 2.9
     source.close()

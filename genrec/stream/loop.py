@@ -1,4 +1,4 @@
-"""The streaming trainer: micro-batches of events from a source -> prequential evaluation -> training steps on the
+"""The stream loop (genrec-stream): micro-batches of events from a source -> prequential evaluation -> training steps on the
 dynamic item table -> state updates; checkpoints with exactly-once semantics; versioned hot exports.
 
 One micro-batch (``batch_size`` records, fewer only when the source has no more for now: the trainer waits for
@@ -148,7 +148,7 @@ def concat_records(parts: list[Records]) -> Records:
                    parts[-1].end, arrival, broken, raw)
 
 
-class StreamTrainer:
+class StreamLoop:
     """Args:
         cfg: the resolved ``stream.yaml`` config (``stream``, ``checkpoint``, ``prequential``, ``export``, ``state``).
         run_dir: the run folder.
