@@ -50,7 +50,7 @@ from genrec.stream.cli import build_learner  # noqa: E402
 from genrec.stream.events import EventSchema  # noqa: E402
 from genrec.stream.offline import train_offline, user_sequences  # noqa: E402
 from genrec.stream.replay import ReplaySource  # noqa: E402
-from genrec.stream.trainer import StreamTrainer  # noqa: E402
+from genrec.stream.loop import StreamLoop  # noqa: E402
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
 
 DAY = 86400
@@ -84,14 +84,14 @@ def copy_learner(cfg, learner, folder: Path):
 
 
 def stream(cfg, learner, boundaries: list[int], train_from: int | None, retrain, work: Path) -> dict:
-    """Replay the stream through a StreamTrainer (micro-batches cut at the ``boundaries``, in records): block ``i``
+    """Replay the stream through a StreamLoop (micro-batches cut at the ``boundaries``, in records): block ``i``
     is the records ``[boundaries[i - 1], boundaries[i])``, trained on from block ``train_from`` on (``None``: a
     frozen model), and before block ``i >= 2`` (a retraining point) ``retrain(i, learner)`` may replace the learner.
     Returns the prequential summary."""
     run_dir = work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
     source = ReplaySource(cfg.source.reader, cfg.source.limit)
-    trainer = StreamTrainer(cfg, run_dir, source, learner, cfg.model.name)
+    trainer = StreamLoop(cfg, run_dir, source, learner, cfg.model.name)
     source.bind(trainer.schema, str(run_dir))
     source.restore(None)
     seconds = 0.0
