@@ -1,5 +1,5 @@
-"""scripts/analysis/record_curves.py on a real run folder (conftest's tiny_run): one point per epoch, and the best epoch's
-point is the validation genrec-train repeats on the best checkpoint after training."""
+"""scripts/analysis/record_curves.py on a real run folder (conftest's tiny_run): one point per epoch, and the best
+epoch's point is the validation genrec-train repeats on the best checkpoint after training."""
 from __future__ import annotations
 
 import json

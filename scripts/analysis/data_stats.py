@@ -1,8 +1,8 @@
 """Describe datasets the way training sees them; writes results/data_stats.json (rendered in docs/results.md).
 
-    python -m scripts.analysis.data_stats                          # synthetic, ml100k, beauty, scientific (those present)
+    python -m scripts.analysis.data_stats             # synthetic, ml100k, beauty, scientific (those present)
     python -m scripts.analysis.data_stats synthetic ml100k --out results/data_stats.json
-    python -m scripts.analysis.data_stats synthetic data.reader.seed=1 --out /tmp/s.json   # overrides apply to every dataset
+    python -m scripts.analysis.data_stats synthetic data.reader.seed=1 --out /tmp/s.json   # overrides: every dataset
 
 Every dataset is read by genrec's reader and preprocessed exactly as ``genrec-train data=<name>`` does (same config
 group, same cache); the statistics are defined in genrec/data/stats.py. A dataset whose files are missing (the

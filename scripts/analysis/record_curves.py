@@ -5,7 +5,8 @@ stage's curve continues its source's).
 
 Usage::
 
-    python -m scripts.analysis.record_curves --out results/curves_beauty_post.json runs/bpost/teacher runs/bpost/sft-0 ...
+    python -m scripts.analysis.record_curves --out results/curves_beauty_post.json runs/bpost/teacher \\
+        runs/bpost/sft-0 ...
 """
 from __future__ import annotations
 

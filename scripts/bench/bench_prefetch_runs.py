@@ -6,8 +6,8 @@ Each run trains a fixed number of epochs (no early stopping, no baselines), one 
 after another in this process. A tier 0 of 10% must still hold the rows of the last three batches (the one training,
 the one mapped ahead, the one before): the batches are sized so that it does, and the file records the fraction.
 
-    python -m scripts.bench.bench_prefetch_runs                # -> results/bench_prefetch_runs.json
-    python -m scripts.bench.bench_prefetch_runs --quick        # one epoch of a smaller synthetic set, to check the script
+    python -m scripts.bench.bench_prefetch_runs            # -> results/bench_prefetch_runs.json
+    python -m scripts.bench.bench_prefetch_runs --quick    # one epoch of a smaller synthetic set, to check the script
 """
 from __future__ import annotations
 

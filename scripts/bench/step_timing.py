@@ -1,5 +1,6 @@
 """Timing of whole training steps, shared by the benchmarks that compare two ways of running the same model in one
-process (scripts/bench/bench_compile.py: eager vs compiled; scripts/bench/bench_precision.py: float32 vs bf16 autocast)."""
+process (scripts/bench/bench_compile.py: eager vs compiled; scripts/bench/bench_precision.py: float32 vs bf16
+autocast)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,11 +1,12 @@
 """Generate docs/results.md from results/*.json (every figure in the doc comes from one of those files):
-dataset statistics (scripts/analysis/data_stats.py), training runs (genrec-train results_name=...; generative models over
-semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench/bench_hstu.py,
-scripts/bench/bench_kernels.py, scripts/bench/bench_beam.py, scripts/bench/bench_dynamic.py, scripts/bench/bench_telemetry.py,
-scripts/bench/bench_fsdp.py, scripts/bench/bench_pipeline.py, scripts/bench/bench_preprocess.py, scripts/bench/bench_stream.py), tokenizer
-runs (genrec-tokenize), the dynamic tables' quality (scripts/recipes/reproduce_dynamic_quality.py), post-training
-(scripts/recipes/reproduce_post_training.sh), streaming against offline training (scripts/analysis/stream_vs_offline.py),
-hyperparameter searches (genrec-train -m hparams_search=...) and quality against CPU time (scripts/bench/bench_budget.py).
+dataset statistics (scripts/analysis/data_stats.py), training runs (genrec-train results_name=...; generative models
+over semantic IDs included), export checks (scripts/check_export.py), benchmarks (scripts/bench/bench_hstu.py,
+scripts/bench/bench_kernels.py, scripts/bench/bench_beam.py, scripts/bench/bench_dynamic.py,
+scripts/bench/bench_telemetry.py, scripts/bench/bench_fsdp.py, scripts/bench/bench_pipeline.py,
+scripts/bench/bench_preprocess.py, scripts/bench/bench_stream.py), tokenizer runs (genrec-tokenize), the dynamic tables'
+quality (scripts/recipes/reproduce_dynamic_quality.py), post-training (scripts/recipes/reproduce_post_training.sh),
+streaming against offline training (scripts/analysis/stream_vs_offline.py), hyperparameter searches (genrec-train -m
+hparams_search=...) and quality against CPU time (scripts/bench/bench_budget.py).
 
 Usage: python -m scripts.docs.make_results_doc  (or `make results`)
 """
@@ -313,10 +314,10 @@ def _best_by_validation(configs: dict[str, list[dict]]) -> str | None:
 
 def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "recall@10"),
                    goal: float = GOAL_OVER_SASREC) -> list[str]:
-    """SASRec and HSTU with and without side features and actions (scripts/recipes/reproduce_hstu.sh, parts *_features), per
-    dataset where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against SASRec
-    given the same inputs. Where a model ran with several dropouts, each is its own row and each model's comparison uses
-    its configuration with the best validation NDCG@10."""
+    """SASRec and HSTU with and without side features and actions (scripts/recipes/reproduce_hstu.sh, parts *_features),
+    per dataset where any run used features: test metrics (mean ± std over seeds), the baselines, and HSTU against
+    SASRec given the same inputs. Where a model ran with several dropouts, each is its own row and each model's
+    comparison uses its configuration with the best validation NDCG@10."""
     by_dataset = defaultdict(list)
     for r in files:
         sharded = ((r.get("config") or {}).get("sharding") or {}).get("type")
@@ -340,8 +341,8 @@ def feature_tables(files: list[dict], metrics: tuple[str, ...] = ("ndcg@10", "re
         kind_of = {lab: ("sasrec" if lab.split(",")[0] == "sasrec" else "hstu") for _, lab in groups}
         out += [f"## Side features and actions: {dataset}", "",
                 f"SASRec and HSTU (genrec's `{dataset}_sasrec` / `{dataset}_hstu` presets, "
-                "`scripts/recipes/reproduce_hstu.sh`) with and without side features (`model.features`: see README). Same "
-                "protocol and budget rules as the table above; test split, best validation checkpoint, mean ± std "
+                "`scripts/recipes/reproduce_hstu.sh`) with and without side features (`model.features`: see README). "
+                "Same protocol and budget rules as the table above; test split, best validation checkpoint, mean ± std "
                 "over seeds. Train times are wall times on the 2-core machine, several runs side by side.", "",
                 "| features | model | valid ndcg@10 | " + " | ".join(f"test {m}" for m in metrics) + " | seeds | "
                 "epochs (best), train time | source |", "|---|---|" + "---|" * (len(metrics) + 4)]
@@ -517,7 +518,8 @@ def _sid_source_label(tokenize: dict) -> str:
 
 def sid_source_tables(files: list[dict]) -> list[str]:
     """The generator at one budget over SID tables made from different item embeddings (text, collaborative,
-    fused; scripts/recipes/reproduce_beauty_sid_sources.sh), per dataset, beside the baselines and SASRec of the protocol."""
+    fused; scripts/recipes/reproduce_beauty_sid_sources.sh), per dataset, beside the baselines and SASRec of the
+    protocol."""
     by_dataset = defaultdict(list)
     for r in files:
         if SID_SOURCE_TAG in r.get("name", "") and "test" in r.get("metrics", {}):
@@ -530,7 +532,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
         first = runs[0]
         epochs = sorted({r["config"]["trainer"]["max_epochs"] for r in runs})
         out += [f"## Semantic-ID source for generative retrieval: {dataset}", "",
-                f"`scripts/recipes/reproduce_beauty_sid_sources.sh`: the {first['model']} generator (its preset) trained with "
+                f"`scripts/recipes/reproduce_beauty_sid_sources.sh`: the {first['model']} generator (its preset) "
+                "trained with "
                 f"the same budget (at most {', '.join(map(str, epochs))} epochs; best validation checkpoint) on "
                 "semantic-ID tables that differ in the item embedding RQ-VAE quantises (3 x 256 codes + a "
                 "collision level, seed 0): item text (MiniLM), the item table of a SASRec trained on the same "
@@ -563,7 +566,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
     return out
 
 
-#: results-file prefix of scripts/recipes/reproduce_post_training.sh -> the data it ran on (DATASET=beauty: beauty_post_)
+#: results-file prefix of scripts/recipes/reproduce_post_training.sh -> the data it ran on (DATASET=beauty:
+#: beauty_post_)
 POST_PREFIXES = {"post_": "synthetic", "beauty_post_": "beauty", "scientific_post_": "scientific"}
 #: the Amazon datasets the script runs on (its DATASET) -> their names in prose
 AMAZON_NAMES = {"beauty": "Amazon Beauty 2014", "scientific": "Amazon Industrial & Scientific 2018"}
@@ -1016,7 +1020,8 @@ def heldout_negatives_table(files: list[dict], dataset: str) -> list[str]:
             if row["dataset"]["dataset"] == dataset]
     if not rows:
         return []
-    out = ["How often the rejected items were the user's own held-out items (`scripts/analysis/negatives_heldout.py` on the "
+    out = ["How often the rejected items were the user's own held-out items (`scripts/analysis/negatives_heldout.py` "
+           "on the "
            "stages' cached negatives; the stages cannot see those items, and excluding them would leak them): share "
            "of preference examples whose rejected items contain the user's validation target, test target, either, "
            "and share of all rejected items that are one of them.", "",
@@ -1154,8 +1159,8 @@ def _change(new: float, old: float) -> str:
 
 
 def generative_retrieval_tables(files: list[dict]) -> list[str]:
-    """Issue 45's ranking table (scripts/recipes/reproduce_generative_retrieval.sh PART=ranking), per dataset: one generator
-    checkpoint per seed ranked four ways, each row saying what carries its ranking; SASRec; a SASRec of the
+    """Issue 45's ranking table (scripts/recipes/reproduce_generative_retrieval.sh PART=ranking), per dataset: one
+    generator checkpoint per seed ranked four ways, each row saying what carries its ranking; SASRec; a SASRec of the
     generator's size distilled from the same teacher the same way; the baselines of the same splits."""
     by_name = {f["name"]: f for f in files}
     out = []
@@ -1255,7 +1260,8 @@ def codes_tries_tables(files: list[dict]) -> list[str]:
     if not runs:
         return []
     out = ["## Codes that rank on their own: beauty", "",
-           "`scripts/recipes/reproduce_generative_retrieval.sh` (`PART=codes TRY=<try>`): the generator of the ranking table "
+           "`scripts/recipes/reproduce_generative_retrieval.sh` (`PART=codes TRY=<try>`): the generator of the ranking "
+           "table "
            "(item head tied to item-ID inputs, distilled from the same SASRec teacher into codes and head) with one "
            "change each, ranked and chosen by its codes alone (`ranking@model.decoding=codes`: the beam of 20 by code "
            "log-probability; the best validation NDCG@10 picks the checkpoint), seed 0 unless listed. The learning "
@@ -1293,8 +1299,8 @@ COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
 
 
 def cold_start_tables(files: list[dict]) -> list[str]:
-    """Issue 45's cold-start table (scripts/analysis/cold_start.py), per dataset: every ranking on all, cold and warm test
-    targets, mean ± std over the generator seeds, with the split's item counts and the two goals checked."""
+    """Issue 45's cold-start table (scripts/analysis/cold_start.py), per dataset: every ranking on all, cold and warm
+    test targets, mean ± std over the generator seeds, with the split's item counts and the two goals checked."""
     out = []
     for f in (f for f in files if f.get("kind") == "cold_start"):
         d, runs = f["protocol"]["split_details"], f["runs"]
@@ -1377,8 +1383,8 @@ def _ranking_label(decoding: dict) -> str:
 
 
 def ranking_tables(files: list[dict]) -> list[str]:
-    """The same generator checkpoints ranked several ways (scripts/analysis/compare_rankings.py), one section per dataset
-    over all its files, mean ± std over seeds."""
+    """The same generator checkpoints ranked several ways (scripts/analysis/compare_rankings.py), one section per
+    dataset over all its files, mean ± std over seeds."""
     by_dataset = {}
     for r in (f for f in files if f.get("kind") == "ranking_comparison" and not f["name"].endswith("_gr_rankings")):
         by_dataset.setdefault(r["dataset"]["dataset"], []).append(r)
@@ -1391,7 +1397,8 @@ def ranking_tables(files: list[dict]) -> list[str]:
             stages.setdefault((label, json.dumps(row["decoding"], sort_keys=True)), []).append(row)
         sources = ", ".join(f"`results/{r['name']}.json`" for r in comparisons)
         out += [f"## Same checkpoints, ranked several ways: {dataset}", "",
-                f"`python -m scripts.analysis.compare_rankings` ({sources}): each run's best checkpoint (chosen by validation "
+                f"`python -m scripts.analysis.compare_rankings` ({sources}): each run's best checkpoint (chosen by "
+                "validation "
                 "under the run's own ranking) evaluated again with other `model.decoding` settings (`genrec-eval "
                 "decoding=...`), validation and test split, full corpus, history removed.", "",
                 "| model | ranking | valid ndcg@10 | test recall@10 | test ndcg@10 | test recall@20 | test log p(target) "
@@ -1468,8 +1475,8 @@ RANKING_NOTES = {
 
 
 def curve_tables(files: list[dict]) -> list[str]:
-    """Validation NDCG@10 after every epoch of the runs in a curves file (scripts/analysis/record_curves.py), epochs counted
-    from the start of training: a stage started with ``init_from`` continues its source's count."""
+    """Validation NDCG@10 after every epoch of the runs in a curves file (scripts/analysis/record_curves.py), epochs
+    counted from the start of training: a stage started with ``init_from`` continues its source's count."""
     out = []
     for r in (f for f in files if f.get("kind") == "validation_curves"):
         def start(run: dict) -> int:  # epochs trained before the run's first epoch
@@ -1482,8 +1489,8 @@ def curve_tables(files: list[dict]) -> list[str]:
         generative = [run for run in r["runs"] if run["model"] != "sasrec"]
         width = max(start(run) + run["epochs_run"] for run in generative)
         out += [f"## Learning curves (`results/{r['name']}.json`)", "",
-                "`python -m scripts.analysis.record_curves`: validation NDCG@10 after each epoch, read from each run's own "
-                "log; epochs counted from the start of training (a stage started from a checkpoint continues its "
+                "`python -m scripts.analysis.record_curves`: validation NDCG@10 after each epoch, read from each run's "
+                "own log; epochs counted from the start of training (a stage started from a checkpoint continues its "
                 "count" + (f"; the retrieval model's row is cut at {width} epochs, its best is in the last columns"
                            if len(generative) < len(r["runs"]) else "") + ").", "",
                 "| run | lr, schedule | " + " | ".join(str(e) for e in range(1, width + 1)) +
@@ -1560,7 +1567,8 @@ def diagnosis_tables(files: list[dict]) -> list[str]:
         item = r["item_nats"]
         out += [f"## Why the generator trails {teacher['model']}: nats per code level, {r['dataset']['dataset']} "
                 f"(`results/{r['name']}.json`)", "",
-                f"`python -m scripts.analysis.diagnose_generator`: the generator of `{gen['run']}` ({gen['model']}) and the "
+                f"`python -m scripts.analysis.diagnose_generator`: the generator of `{gen['run']}` ({gen['model']}) "
+                "and the "
                 f"retrieval model of `{teacher['run']}` ({teacher['model']}), best checkpoints. For each target, the "
                 "negative log-likelihood (nats) of its code at each level given its true prefix: the generator's "
                 "own softmax (teacher-forced), and the retrieval model's softmax over every item summed by code "
@@ -2173,8 +2181,8 @@ def bench_beam_tables(files: list[dict]) -> list[str]:
         speed = {(x["model"], x["beam"], x["variant"]): x for x in r["rows"]}
         env = r["environment"]
         out += ["## Beam search speed", "",
-                f"`results/{r['name']}.json` (`scripts/bench/bench_beam.py`, commit `{r['commit'][:12]}`): users/s decoding "
-                f"{r['rows'][0]['users']} {r['dataset']} test users (real histories, batches of "
+                f"`results/{r['name']}.json` (`scripts/bench/bench_beam.py`, commit `{r['commit'][:12]}`): users/s "
+                f"decoding {r['rows'][0]['users']} {r['dataset']} test users (real histories, batches of "
                 f"{r['args']['batch_size']}, top-k = beam; fastest of {r['args'].get('repeats', 1)} runs) on "
                 f"{r['args']['threads']} CPU thread(s) of a shared "
                 f"machine (torch {env['torch']}); randomly initialised models of the Beauty presets over the SID table "
@@ -2255,15 +2263,16 @@ DATA_STATS_NOTES = [
 
 
 def bench_preprocess_tables(files: list[dict]) -> list[str]:
-    """The out-of-core preprocessing benchmark (scripts/bench/bench_preprocess.py): engines side by side per log size."""
+    """The out-of-core preprocessing benchmark (scripts/bench/bench_preprocess.py): engines side by side per log
+    size."""
     out = []
     for r in files:
         if r.get("name") != "bench_preprocess" or "cases" not in r:
             continue
         cfg, machine = r["config"], r["machine"]
         out += ["## Out-of-core preprocessing: event log -> sequences + splits", "",
-                f"`results/{r['name']}.json` (`scripts/bench/bench_preprocess.py`, commit `{r['commit'][:12]}`): synthetic "
-                f"Parquet logs (`{r['dataset']['generator']}`, seed {r['dataset']['seed']}, int64 IDs, "
+                f"`results/{r['name']}.json` (`scripts/bench/bench_preprocess.py`, commit `{r['commit'][:12]}`): "
+                f"synthetic Parquet logs (`{r['dataset']['generator']}`, seed {r['dataset']['seed']}, int64 IDs, "
                 f"{r['dataset']['users']} users and items, long-tailed), {cfg['preprocess']['min_user_interactions']}"
                 f"-core, then {cfg['splits']}. Each case is its own process; wall and CPU seconds of the pipeline "
                 f"(after the imports), peak resident memory of the process; median of {cfg['repeats']} runs "
@@ -2362,8 +2371,8 @@ def _is_synthetic(entry: dict) -> bool:
 
 
 def data_stats_tables(files: list[dict]) -> list[str]:
-    """The datasets side by side (scripts/analysis/data_stats.py): one column per dataset, the range of the real ones, and
-    whether each synthetic dataset falls inside it."""
+    """The datasets side by side (scripts/analysis/data_stats.py): one column per dataset, the range of the real ones,
+    and whether each synthetic dataset falls inside it."""
     out = []
     for r in files:
         if r.get("kind") != "data_stats":
@@ -2372,8 +2381,8 @@ def data_stats_tables(files: list[dict]) -> list[str]:
         real = [n for n, d in datasets.items() if not _is_synthetic(d)]
         synthetic = [n for n, d in datasets.items() if _is_synthetic(d)]
         out += ["## Data statistics", "",
-                f"`results/{r['name']}.json` (`scripts/analysis/data_stats.py`, commit `{r['commit'][:12]}`): every dataset "
-                "read and preprocessed exactly as `genrec-train data=<name>` does; definitions in "
+                f"`results/{r['name']}.json` (`scripts/analysis/data_stats.py`, commit `{r['commit'][:12]}`): every "
+                "dataset read and preprocessed exactly as `genrec-train data=<name>` does; definitions in "
                 f"`genrec/data/stats.py`. Item clusters for the taste rows: {r['clusters']} k-means clusters of item "
                 "co-occurrence vectors fit on half of the users, measured on the other half (no item content used). "
                 "H(next | previous) is a "
@@ -2686,7 +2695,8 @@ def dynamic_quality_tables(files: list[dict]) -> list[str]:
         if r.get("kind") != "dynamic_quality" or r.get("quick"):
             continue
         out += ["## Dynamic item tables: quality", "",
-                f"`results/{r['name']}.json` (`scripts/recipes/reproduce_dynamic_quality.py`, commit `{r['commit'][:12]}`; "
+                f"`results/{r['name']}.json` (`scripts/recipes/reproduce_dynamic_quality.py`, commit "
+                f"`{r['commit'][:12]}`; "
                 f"{r['machine_note']})."]
         if "loo" in r:
             loo = r["loo"]
@@ -2921,8 +2931,8 @@ def _pass_cell(runs: list[dict], split: str) -> str:
 
 
 def budget_tables(files: list[dict]) -> list[str]:
-    """scripts/bench/bench_budget.py: per dataset, each model and recipe's final test metrics (best validation within the
-    CPU budget), its margin over transitions_last3_skip, the CPU seconds it took to pass it, and the baselines'
+    """scripts/bench/bench_budget.py: per dataset, each model and recipe's final test metrics (best validation within
+    the CPU budget), its margin over transitions_last3_skip, the CPU seconds it took to pass it, and the baselines'
     own cost."""
     by_dataset = defaultdict(lambda: defaultdict(list))
     for r in files:
@@ -2933,7 +2943,8 @@ def budget_tables(files: list[dict]) -> list[str]:
         first = next(iter(groups.values()))[0]
         heuristic = first["heuristic"]
         out += [f"## Time to pass `{heuristic}` at a CPU budget: {dataset}", "",
-                "`scripts/bench/bench_budget.py`: one torch thread, process CPU seconds (the model's build, training and "
+                "`scripts/bench/bench_budget.py`: one torch thread, process CPU seconds (the model's build, training "
+                "and "
                 "validation passes; not the curve's own test passes); test split at the best validation checkpoint; "
                 f"mean ± std over seeds. Goal: test NDCG@10 at least +{BUDGET_GOAL_MARGIN:.0%} over `{heuristic}` "
                 f"within {BUDGET_GOAL_SECONDS} CPU s, passing it within the first third.", "",
@@ -2965,7 +2976,8 @@ def budget_tables(files: list[dict]) -> list[str]:
 
 def main() -> None:
     files = [load_result(p) | {"name": p.stem} for p in sorted(RESULTS.glob("*.json"))]
-    lines = ["# Results", "", "Generated by `scripts/docs/make_results_doc.py` from `results/*.json`; do not edit by hand.",
+    lines = ["# Results", "",
+             "Generated by `scripts/docs/make_results_doc.py` from `results/*.json`; do not edit by hand.",
              "Every row links the file(s) it comes from; each file records the dataset, config, seed and commit.",
              "Metrics are fractions (recall@10 = 0.06 means 6% of test users have their item in the top 10).", ""]
     # issue 45's files have their own sections (each also reads the files it compares with)

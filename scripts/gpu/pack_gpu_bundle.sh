@@ -10,7 +10,8 @@
 #   data/         the Beauty files ($GENREC_DATA_DIR/amazon-beauty-2014: sequences and titles);
 #   sid/, teacher/  copies of $SID_TABLE and $TEACHER (config, metrics, best checkpoint) with the teacher's data paths
 #                 pointed at data/ (relative to the checkout, where the GPU machine runs).
-# Usage (SID table and teacher from `DATASET=beauty scripts/recipes/reproduce_post_training.sh`: $RUNS/sid, $RUNS/teacher):
+# Usage (SID table and teacher from `DATASET=beauty scripts/recipes/reproduce_post_training.sh`: $RUNS/sid,
+# $RUNS/teacher):
 #   SID_TABLE=runs/bpost/sid TEACHER=runs/bpost/teacher bash scripts/gpu/pack_gpu_bundle.sh
 # then on the GPU machine, from the checkout with $DEST beside it:
 #   python3 -c "import tarfile; tarfile.open('.gpu/site.tar.xz').extractall('/tmp/site')"

@@ -1,5 +1,5 @@
-"""The GPU correctness tests' outcome as a results file: pytest's JUnit XML (written by scripts/gpu/gpu_recipe_check.sh on
-a lent GPU) -> ``results/gpu_tests.json`` with each test's outcome, seconds and message, the GPU, the versions and
+"""The GPU correctness tests' outcome as a results file: pytest's JUnit XML (written by scripts/gpu/gpu_recipe_check.sh
+on a lent GPU) -> ``results/gpu_tests.json`` with each test's outcome, seconds and message, the GPU, the versions and
 the commit. docs/results.md shows it in the GPU recipe section.
 
 Usage::

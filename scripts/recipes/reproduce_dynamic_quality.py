@@ -39,7 +39,7 @@ Lightning trainer on its own loaders):
 
 Usage::
 
-    python -m scripts.recipes.reproduce_dynamic_quality                  # both parts, seeds 0 1 2 (~2 h on 2 shared cores)
+    python -m scripts.recipes.reproduce_dynamic_quality        # both parts, seeds 0 1 2 (~2 h on 2 shared cores)
     python -m scripts.recipes.reproduce_dynamic_quality --part new_items --seeds 0 --quick   # a check of the script
 """
 from __future__ import annotations

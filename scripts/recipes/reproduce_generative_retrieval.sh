@@ -3,12 +3,12 @@
 # scientific), one part at a time (PART):
 #
 # PART=ranking (the ranking table): a SASRec teacher (experiment=<dataset>_sasrec, seed 0 -> <dataset>_gr_teacher_seed0);
-#   collaborative SIDs from its item table (RQ-VAE 3 x 256 + a collision level, as scripts/recipes/reproduce_post_training.sh);
-#   per seed the SID generator with the item head tied to item-ID inputs, distilled from the teacher into codes and
-#   head (the recipe of the Beauty post-training table's _items_tied_hdistill rows), its checkpoint chosen by the
-#   head's validation NDCG@10 (ranking@model.decoding=head) -> <dataset>_gr_generator_seed<S>; per seed a SASRec of
-#   the generator's size (its backbone: dim 128, 4 blocks of 4 heads, MLP 512, dropout 0.1; the same item table;
-#   batches of similar lengths as the generator's)
+#   collaborative SIDs from its item table (RQ-VAE 3 x 256 + a collision level, as
+#   scripts/recipes/reproduce_post_training.sh); per seed the SID generator with the item head tied to item-ID inputs,
+#   distilled from the teacher into codes and head (the recipe of the Beauty post-training table's _items_tied_hdistill
+#   rows), its checkpoint chosen by the head's validation NDCG@10 (ranking@model.decoding=head) ->
+#   <dataset>_gr_generator_seed<S>; per seed a SASRec of the generator's size (its backbone: dim 128, 4 blocks of 4
+#   heads, MLP 512, dropout 0.1; the same item table; batches of similar lengths as the generator's)
 #   distilled from the same teacher the same way (stage.weight=1: the teacher's top 100 items at every position)
 #   for the same epochs -> <dataset>_gr_sasrec_distill_seed<S>; then every seed's checkpoint ranked four ways
 #   (scripts/analysis/compare_rankings.py --mode codes head liger guided) -> results/<dataset>_gr_rankings.json.

@@ -141,8 +141,8 @@ def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):
 def test_the_gpu_bundle_names_a_missing_input_before_downloading_anything(tmp_path):
     """scripts/gpu/pack_gpu_bundle.sh checks its inputs first: a missing SID table is named, nothing is written."""
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(["bash", str(root / "scripts" / "gpu" / "pack_gpu_bundle.sh")], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "SID_TABLE": str(tmp_path / "no-sid"),
-                                 "TEACHER": str(tmp_path / "no-teacher"), "DEST": str(tmp_path / "bundle")})
+    result = subprocess.run(["bash", str(root / "scripts" / "gpu" / "pack_gpu_bundle.sh")], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "SID_TABLE": str(tmp_path / "no-sid"),
+                                            "TEACHER": str(tmp_path / "no-teacher"), "DEST": str(tmp_path / "bundle")})
     assert result.returncode == 2 and f"{tmp_path / 'no-sid'}/sid_table.parquet is missing" in result.stderr
     assert not (tmp_path / "bundle").exists()
