@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/python -m genrec.evaluate run_dir=$(DEMO_RUN)
 	$(BIN)/python -m genrec.export run_dir=$(DEMO_RUN)
 	$(BIN)/python scripts/check_export.py $(DEMO_RUN)/export
-	$(BIN)/python scripts/retrieval_example.py $(DEMO_RUN)/export --history $$($(BIN)/python -c \
+	$(BIN)/python examples/retrieval_example.py $(DEMO_RUN)/export --history $$($(BIN)/python -c \
 	    "import json; print(*json.load(open('$(DEMO_RUN)/export/item_ids.json'))[1:6])")
 	$(BIN)/python -m genrec.tokenize hydra.run.dir=$(DEMO_RUN)-sid
 	$(BIN)/python -m genrec.train model=sid_gpt sid_table=$(DEMO_RUN)-sid hydra.run.dir=$(DEMO_RUN)-sid_gpt \
@@ -45,7 +45,7 @@ test-slow: setup
 
 # Regenerate docs/results.md from results/*.json.
 results: setup
-	$(BIN)/python scripts/make_results_doc.py
+	$(BIN)/python -m scripts.docs.make_results_doc
 
 clean:
 	rm -rf $(VENV) .cache runs outputs .pytest_cache

@@ -4,7 +4,7 @@
     python scripts/check_export.py <export dir> --results-name export_beauty_seed0
 
 For every test user (whole history before the test item, as genrec's evaluation) it compares the top 10 served
-by scripts/retrieval_example.py (exported user tower + flat faiss index + ID map, history and padding removed)
+by examples/retrieval_example.py (exported user tower + flat faiss index + ID map, history and padding removed)
 with genrec's own ranking of the run's checkpoint (score_all, history removed, ties to the lower item ID), then
 measures each exported index's recall@10 against that exact top 10 and the test recall/NDCG@10 it serves,
 beside the baselines measured by genrec's evaluation on the same users. The export's quantised item tables
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # retrieval_example beside this file; this checkout's genrec
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "examples"), str(ROOT)]  # the serving example; this checkout's genrec
 from retrieval_example import ExportedRetriever  # noqa: E402  (the serving path under test)
 
 from genrec.eval.metrics import remove_seen  # noqa: E402

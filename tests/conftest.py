@@ -32,9 +32,12 @@ TINY_RUN = ["data.reader.num_users=300", "data.reader.num_items=120", "data.read
             "model.dim=16", "data.max_len=20", "data.batch_size=64"]
 
 
-def load_script(name: str):
-    """``scripts/<name>.py`` imported as a module (the scripts folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: str):
+    """The script at ``path`` (from the repo root, e.g. ``scripts/analysis/record_curves.py``) imported afresh."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""scripts/bench_budget.py and its callback (genrec.training.budget) on the tiny synthetic data: the curve, the
+"""scripts/bench/bench_budget.py and its callback (genrec.training.budget) on the tiny synthetic data: the curve, the
 summary taken from it, the CPU budget's stop, and a run that trains the same with the callback as without it."""
 import json
 
@@ -10,7 +10,7 @@ from genrec.training.budget import CURVE_FILE
 
 from tests.conftest import TINY_RUN, load_script
 
-bench_budget = load_script("bench_budget")
+bench_budget = load_script("scripts/bench/bench_budget.py")
 
 
 def _overrides(tmp_path, epochs: int) -> list[str]:
@@ -75,7 +75,7 @@ def test_the_budget_stops_training(tmp_path):
 
 def test_the_results_doc_shows_the_time_to_pass_and_the_margin(budget_run):
     _, result = budget_run
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
     second = json.loads(json.dumps(result)) | {"seed": 1, "name": "budget_synthetic_sasrec_test_seed1"}
     second["cpu_seconds_to_pass"] = {"valid": None, "test": 7.0}
     lines = doc.budget_tables([result, second])

@@ -74,6 +74,10 @@ def problems(path: Path) -> list[str]:
         program, args = words[0], words[1:]
         if program in ("python", "python3") and args[:1] == ["-m"] and args[1] in MODULES:
             program, args = args[1], args[2:]
+        module = program in ("python", "python3") and args[:1] == ["-m"] and args[1:2] != [] \
+            and args[1].startswith("scripts.")
+        if module:  # python -m scripts.bench.bench_x: the file scripts/bench/bench_x.py
+            args = [args[1].replace(".", "/") + ".py", *args[2:]]
         name = CLIS.get(program) or MODULES.get(program)
         try:
             if name:
@@ -85,6 +89,8 @@ def problems(path: Path) -> list[str]:
             elif program in ("python", "python3", "bash") and args and not args[0].startswith("-"):
                 script = ROOT / args[0]
                 assert script.is_file(), f"no file {args[0]}"
+                nested = program != "bash" and args[0].startswith("scripts/") and args[0].count("/") > 1
+                assert module or not nested, f"run {args[0]} as python -m {args[0][:-3].replace('/', '.')}"
                 text = script.read_text()
                 unknown = [a.split("=")[0] for a in args[1:] if a.startswith("--") and a.split("=")[0] not in text]
                 assert not unknown, f"{args[0]} takes no {unknown}"
@@ -104,11 +110,15 @@ def test_every_documented_command_checks_out(path):
 def test_a_broken_command_is_caught(tmp_path, monkeypatch):
     doc = tmp_path / "doc.md"
     doc.write_text("```bash\ngenrec-train model=sasrecc\ngenrec-train trainer.max_epochz=3\n"
-                   "genrec-eval run_dir=x checkpoint=last\npython scripts/nothing.py\nmake nothing\n```\n")
+                   "genrec-eval run_dir=x checkpoint=last\npython scripts/nothing.py\nmake nothing\n"
+                   "python -m scripts.bench.b --quick\npython -m scripts.bench.b --slow\npython -m scripts.bench.c\n"
+                   "python scripts/bench/b.py --quick\n```\n")
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     (tmp_path / "Makefile").write_text("test:\n")
+    (tmp_path / "scripts" / "bench").mkdir(parents=True)
+    (tmp_path / "scripts" / "bench" / "b.py").write_text('parser.add_argument("--quick")\n')
     found = problems(doc)
-    assert [line.split(":")[1] for line in found] == ["2", "3", "5", "6"], found
+    assert [line.split(":")[1] for line in found] == ["2", "3", "5", "6", "8", "9", "10"], found
 
 
 def test_every_figure_in_the_docs_is_its_results_file_s(tmp_path):

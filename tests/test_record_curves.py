@@ -1,5 +1,5 @@
-"""scripts/record_curves.py on a real run folder (conftest's tiny_run): one point per epoch, and the best epoch's
-point is the validation genrec-train repeats on the best checkpoint after training."""
+"""scripts/analysis/record_curves.py on a real run folder (conftest's tiny_run): one point per epoch, and the best
+epoch's point is the validation genrec-train repeats on the best checkpoint after training."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from tests.conftest import load_script
 
 
 def _script():
-    return load_script("record_curves")
+    return load_script("scripts/analysis/record_curves.py")
 
 
 def test_a_runs_curve_ends_at_its_recorded_validation(tiny_run, tmp_path):

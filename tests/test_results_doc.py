@@ -1,11 +1,11 @@
-"""scripts/make_results_doc.py: the pieces that decide which results share a row."""
+"""scripts/docs/make_results_doc.py: the pieces that decide which results share a row."""
 import pytest
 
 from tests.conftest import load_script
 
 
 def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
     default = {"encoder": {"name": "text"}, "tokenizer": {"name": "rqvae"}, "collisions": "extra_level"}
     balanced = {**default, "tokenizer": {"name": "rkmeans_balanced", "balanced": True}}
     four_levels = {**default, "encoder": {"name": "collaborative"}, "collisions": "nearest_free"}
@@ -15,7 +15,7 @@ def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
 
 
 def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, seed: int, lr: float, ndcg: float, sft: str = "sft") -> dict:
         return {"name": f"beauty_post_{stage}_seed{seed}", "seed": seed, "config": {"optim": {"lr": lr}},
@@ -37,7 +37,7 @@ def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
 
 
 def test_stage_names_split_into_a_stage_and_its_variant_tags():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
     assert doc._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
     assert doc._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
     assert doc._split_tags("sft_distill") == ("sft_distill", [])
@@ -47,7 +47,7 @@ def test_stage_names_split_into_a_stage_and_its_variant_tags():
 
 
 def test_post_training_results_are_told_apart_by_the_dataset_prefix():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
     assert doc._post_prefix({"name": "post_sdpo_seed0"}) == "post_"
     assert doc._post_prefix({"name": "beauty_post_sdpo_seed0"}) == "beauty_post_"
     assert doc._post_prefix({"name": "scientific_post_sdpo_seq_seed2"}) == "scientific_post_"
@@ -56,7 +56,7 @@ def test_post_training_results_are_told_apart_by_the_dataset_prefix():
 
 
 def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, epochs: int, ndcg: float) -> dict:
         return {"name": f"scientific_post_{stage}_seed0", "seed": 0,
@@ -74,7 +74,7 @@ def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
 
 
 def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, seed: int, ndcg: float) -> dict:
         return {"name": f"scientific_post_{stage}_seed{seed}", "seed": seed,
@@ -89,7 +89,7 @@ def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed(
 
 
 def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def row(seed: int, decoding: dict, ndcg: float) -> dict:
         split = {"ndcg@10": ndcg, "recall@10": 2 * ndcg, "recall@20": 3 * ndcg, "target_log_prob": -9.0}
@@ -122,7 +122,7 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
 
 
 def test_the_skipped_negatives_reading_takes_its_figures_from_the_files():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
     tags = "_items_tied_hdistill_guided05"
 
     def run(stage: str, seed: int, ndcg: float, accuracy: float = 0.5, rejected: float = -1.0) -> dict:
@@ -158,7 +158,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 
 def test_gpu_test_outcomes_are_read_from_pytests_junit_file_and_shown_per_test(tmp_path):
-    record, doc = load_script("record_gpu_tests"), load_script("make_results_doc")
+    record, doc = load_script("scripts/gpu/record_gpu_tests.py"), load_script("scripts/docs/make_results_doc.py")
     (tmp_path / "tests.xml").write_text(JUNIT)
     tests = record.read_junit(tmp_path / "tests.xml")
     assert [(t["test"], t["outcome"], t["seconds"], t["message"]) for t in tests] == [
@@ -178,7 +178,7 @@ def test_gpu_test_outcomes_are_read_from_pytests_junit_file_and_shown_per_test(t
 
 
 def test_a_junit_file_without_test_cases_is_a_clear_error(tmp_path):
-    record = load_script("record_gpu_tests")
+    record = load_script("scripts/gpu/record_gpu_tests.py")
     (tmp_path / "empty.xml").write_text("<testsuites><testsuite name='pytest' tests='0'/></testsuites>")
     (tmp_path / "broken.xml").write_text("<testsuites>")
     for name, expected in (("empty.xml", "no <testcase> elements"), ("broken.xml", "not a readable JUnit XML")):
@@ -193,7 +193,7 @@ def _split_metrics(ndcg: float) -> dict:
 def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads_its_own_figures():
     """One row per named ranking with its carrier, the dense rows and the baselines; the reading's percentages come
     from the same figures (head 0.06 against the distilled SASRec's 0.05: +20.0%)."""
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def row(seed, mode, carried, ndcg):
         return {"run": f"runs/gen-{seed}", "results_name": f"beauty_gr_generator_seed{seed}", "seed": seed,
@@ -225,7 +225,7 @@ def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads
 
 
 def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def part(all_ndcg, cold_recall):
         return {"all": {"recall@10": 0.1, "ndcg@10": all_ndcg}, "warm": {"ndcg@10": all_ndcg},
@@ -255,7 +255,7 @@ def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
 def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():
     """A GPU run of the same model ranking the same way replaces the CPU run when its validation is better; a GPU
     run of the same model ranking another way (the item head) does not."""
-    doc = load_script("make_results_doc")
+    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(name, model, valid, rank, cuda=None):
         return {"name": name, "model": model, "dataset": {"dataset": "beauty"}, "sid_table": {},

@@ -1,5 +1,5 @@
 """A seeded synthetic event log of any size, written to Parquet chunk by chunk (bounded memory): the input of the
-out-of-core preprocessing benchmark (``scripts/make_event_log.py``, ``scripts/bench_preprocess.py``).
+out-of-core preprocessing benchmark (``scripts/make_event_log.py``, ``scripts/bench/bench_preprocess.py``).
 
 What it looks like (a production click log, not a dataset to learn from):
 

@@ -13,7 +13,7 @@ Two streaming passes over the file (Polars reads it in batches; no pass holds th
    timestamps), whatever the log's other columns and ID types.
 
 Filtering, remapping and ordering then run on those arrays (:func:`genrec.data.preprocess.build_sequences`);
-``scripts/bench_preprocess.py`` measured this design against Polars-only and DuckDB-only pipelines
+``scripts/bench/bench_preprocess.py`` measured this design against Polars-only and DuckDB-only pipelines
 (docs/results.md, "Out-of-core preprocessing").
 
 Column types read here: integer or string IDs (dictionary-encoded strings too), integer or datetime timestamps,

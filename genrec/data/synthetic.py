@@ -1,7 +1,7 @@
 """A seeded synthetic interaction log: genrec's embedded default dataset (no download).
 
-It is calibrated against the real datasets here: ``scripts/data_stats.py`` measures the same statistics on it and
-on MovieLens-100K, Amazon Beauty and Amazon Scientific (docs/results.md, "Data statistics"), and its defaults put
+It is calibrated against the real datasets here: ``scripts/analysis/data_stats.py`` measures the same statistics on it
+and on MovieLens-100K, Amazon Beauty and Amazon Scientific (docs/results.md, "Data statistics"), and its defaults put
 them within the range of the real ones — lengths, popularity skew, interactions per item, transition entropy, the
 share of next items a first-order table predicts (from the item 1 to 3 steps back), repeat rate, taste
 persistence — except that single items 5 or more steps back predict the next item less well than in the real

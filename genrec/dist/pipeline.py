@@ -13,7 +13,7 @@ count. The step (``RetrievalTask.forward`` on a SparseBatch) then looks the KJT 
 
 On CPU the pipeline has no CUDA streams: the input distribution of batch ``i + 1`` is started before the forward
 of batch ``i`` and finished after it, as asynchronous gloo all-to-alls (gloo's own threads); on 2 shared cores
-that gave no measurable speed-up (scripts/bench_pipeline.py, docs/results.md).
+that gave no measurable speed-up (scripts/bench/bench_pipeline.py, docs/results.md).
 """
 from __future__ import annotations
 

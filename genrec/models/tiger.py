@@ -10,7 +10,7 @@ Decoding runs the encoder once per user and then the decoder one token at a time
 per beam; the cross-attention keys and values are computed once per user and shared by that user's beams (no
 copy per beam). ``decoder(batch, use_cache=False)`` is the plain alternative: the encoder once, then the whole
 decoder on every beam's prefix at every step (the reference in tests and the naive decoder in
-scripts/bench_beam.py).
+scripts/bench/bench_beam.py).
 """
 from __future__ import annotations
 

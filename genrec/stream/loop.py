@@ -94,7 +94,7 @@ def rss_bytes() -> int:
 def release_free_memory() -> None:
     """Hand the C heap's free pages back to the OS (glibc's ``malloc_trim``; nothing elsewhere). Micro-batches of
     varying shapes leave freed memory scattered over the heap and its arenas, which glibc keeps: without this the
-    RSS of a long run creeps up (scripts/bench_stream.py's memory run: about 0.7 GiB per million events)."""
+    RSS of a long run creeps up (scripts/bench/bench_stream.py's memory run: about 0.7 GiB per million events)."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 
@@ -111,7 +111,7 @@ def bound_heap() -> None:
     128 KiB. Set once, by the trainer, for the whole process. The threshold is a trade: every mapped block is
     fresh memory, zeroed page by page by the kernel when first touched; at 128 KiB the training step's activations
     (a micro-batch's ``(B, L, D)`` tensors are mostly 0.1-1 MiB) were all mapped and the step took 1.6x its CPU
-    time (scripts/bench_stream.py's SASRec)."""
+    time (scripts/bench/bench_stream.py's SASRec)."""
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         for parameter, value in HEAP_SETTINGS.items():
             _LIBC.mallopt(parameter, value)

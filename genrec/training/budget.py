@@ -1,6 +1,6 @@
 """Quality against CPU time: a Lightning callback that records, at every validation pass, the validation metrics
 the task logged and the test metrics of the same weights, against the process CPU seconds the run has spent; and
-that stops training once a CPU budget is spent (``+callbacks@callbacks.budget=budget``; scripts/bench_budget.py).
+that stops training once a CPU budget is spent (``+callbacks@callbacks.budget=budget``; scripts/bench/bench_budget.py).
 
 The clock is the process CPU time (``time.process_time``: every thread of the process, so with ``threads=1`` it is
 the run's compute whatever else the machine runs) from the moment the callback is built -- with genrec-train,

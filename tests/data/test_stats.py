@@ -1,8 +1,9 @@
-"""genrec.data.stats against hand-computed values on tiny datasets, and scripts/data_stats.py end to end."""
+"""genrec.data.stats against hand-computed values on tiny datasets, and scripts/analysis/data_stats.py end to end."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,10 +100,11 @@ def test_dataset_stats_is_deterministic(data):
 
 def test_data_stats_script_writes_the_preprocessed_numbers(tmp_path):
     out = tmp_path / "stats.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "data_stats.py"), "synthetic",
+    proc = subprocess.run([sys.executable, "-m", "scripts.analysis.data_stats", "synthetic",
                            "data.reader.num_users=300", "data.reader.num_items=200", "data.reader.num_clusters=8",
                            f"data.cache_dir={tmp_path / 'cache'}", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = json.loads(out.read_text())
     stats = written["datasets"]["synthetic"]

@@ -1,20 +1,9 @@
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from genrec.export import cli
 from genrec.conf import compose_config
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def load_script(name: str):
-    """Import scripts/<name>.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def export_config(run_dir: Path, out_dir: Path, *overrides: str):

@@ -8,8 +8,8 @@ from genrec.conf import compose_config
 from genrec.errors import ConfigError
 from genrec.export import cli, retrieval
 from genrec.export.tower import export_tower
-from tests.conftest import TINY_RUN
-from tests.export.conftest import export_config, load_script
+from tests.conftest import TINY_RUN, load_script
+from tests.export.conftest import export_config
 
 
 def test_a_failed_parity_check_stops_the_export_before_the_manifest(tiny_run, tmp_path, monkeypatch):
@@ -55,7 +55,7 @@ def test_a_quantize_entry_other_than_fp16_or_int8_is_refused(tiny_run, tmp_path)
 
 def test_an_hstu_run_exports_with_time_and_serves_genrec_ranking(tmp_path_factory):
     """HSTU with its time bias: the tower takes times, reloaded it matches genrec on every test user, and served by
-    scripts/retrieval_example.py (given each history's times and the request's) it gives genrec's own top 10."""
+    examples/retrieval_example.py (given each history's times and the request's) it gives genrec's own top 10."""
     tmp = tmp_path_factory.mktemp("hstu_run")
     cfg = compose_config("train", overrides=TINY_RUN + ["model=hstu", "model.encoder.num_layers=1",
                                                         f"data.cache_dir={tmp / 'cache'}"])
@@ -66,9 +66,9 @@ def test_an_hstu_run_exports_with_time_and_serves_genrec_ranking(tmp_path_factor
     assert [i["name"] for i in tower["inputs"]] == ["item_ids", "offsets", "timestamps", "query_time"]
     assert tower["parity"]["passed"] and tower["parity"]["users"] == manifest["source"]["dataset"]["users"]
     assert manifest["quantization"]["int8"]["recall_at_10_vs_fp32"] > 0.8
-    parity = load_script("check_export").check(tmp / "export")["indexes"]["index_flat"]["parity"]
+    parity = load_script("scripts/check_export.py").check(tmp / "export")["indexes"]["index_flat"]["parity"]
     assert parity["users"] == manifest["source"]["dataset"]["users"] and parity["other_differences"] == 0
-    retriever = load_script("retrieval_example").ExportedRetriever(tmp / "export", "index_flat")
+    retriever = load_script("examples/retrieval_example.py").ExportedRetriever(tmp / "export", "index_flat")
     with pytest.raises(ValueError, match="needs every history item's time and the request's time"):
         retriever.encode([[1, 2]])
     top = retriever.recommend(retriever.raw_ids[1:3], 5, times=[100, 200], query_time=300)

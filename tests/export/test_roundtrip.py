@@ -1,4 +1,4 @@
-"""Export -> load (scripts/retrieval_example.py, no genrec code) -> query reproduces genrec's own ranking; a
+"""Export -> load (examples/retrieval_example.py, no genrec code) -> query reproduces genrec's own ranking; a
 missing, corrupted or mismatched file is refused with the file and the mismatch named."""
 import json
 import shutil
@@ -11,14 +11,14 @@ import pytest
 
 from genrec.export.index import build_index
 from genrec.runs import file_digest
-from tests.export.conftest import SCRIPTS, load_script
+from tests.conftest import ROOT, load_script
 
-example = load_script("retrieval_example")
+example = load_script("examples/retrieval_example.py")
 
 
 def test_flat_export_reproduces_the_framework_top10_for_every_test_user(exported):
     out, manifest = exported
-    report = load_script("check_export").check(out)
+    report = load_script("scripts/check_export.py").check(out)
     parity = report["indexes"]["index_flat"]["parity"]
     assert parity["users"] == manifest["source"]["dataset"]["users"]
     assert parity["identical_top10"] + parity["tie_order_differences"] == parity["users"]
@@ -114,7 +114,7 @@ def test_manifest_of_another_format_is_refused(copy_of):
 
 def test_the_example_runs_standalone_and_reports_a_bad_file_in_one_line(copy_of):
     raw = json.loads((copy_of / "item_ids.json").read_text())[1:4]
-    script = SCRIPTS / "retrieval_example.py"
+    script = ROOT / "examples" / "retrieval_example.py"
     argv = [str(script), str(copy_of), "--k", "5", "--history", *map(str, raw)]
     # `import genrec` made to fail: the example must work from the exported files alone
     code = (f"import runpy, sys; sys.modules['genrec'] = None; sys.argv = {argv!r}; "

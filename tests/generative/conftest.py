@@ -1,5 +1,5 @@
 """Fixtures of the generative tests (kept free of optional packages such as faiss, so that the GPU checks of
-scripts/gpu_recipe_check.sh collect on a machine that has none)."""
+scripts/gpu/gpu_recipe_check.sh collect on a machine that has none)."""
 import pytest
 
 from tests.generative.helpers import tiny_sid_table

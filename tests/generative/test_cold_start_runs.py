@@ -1,6 +1,6 @@
-"""scripts/cold_start.py end to end on the tiny synthetic dataset with ``data.split.cold_items``: a SASRec teacher
-and a SID generator with an item head trained on the split (SIDs recorded as content-made), then every ranking on
-all, cold and warm targets, with the invariants that hold by construction."""
+"""scripts/analysis/cold_start.py end to end on the tiny synthetic dataset with ``data.split.cold_items``: a SASRec
+teacher and a SID generator with an item head trained on the split (SIDs recorded as content-made), then every ranking
+on all, cold and warm targets, with the invariants that hold by construction."""
 import dataclasses
 import json
 
@@ -29,8 +29,8 @@ def cold_runs(sid_table, tmp_path_factory):
         "model.generator.tie_item_tables=true", "ranking@model.decoding=head"])
     metrics = train_entry.run(generator, tmp / "gen")
     out = tmp / "cold.json"
-    load_script("cold_start").main([str(tmp / "gen"), "--teacher", str(tmp / "teacher"), "--out", str(out),
-                                    "--epsilon", "0.1", "0.25"])
+    load_script("scripts/analysis/cold_start.py").main([str(tmp / "gen"), "--teacher", str(tmp / "teacher"),
+                                                        "--out", str(out), "--epsilon", "0.1", "0.25"])
     return metrics, json.loads(out.read_text())
 
 

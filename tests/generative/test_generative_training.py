@@ -104,13 +104,14 @@ def test_guided_beam_over_every_prefix_at_code_weight_zero_evaluates_as_the_item
 
 
 def test_compare_rankings_reproduces_the_runs_own_ranking(trained, tmp_path):
-    """scripts/compare_rankings.py: the run's own decoding (its beam of 20) gives its recorded metrics; a generator
-    whose item head re-ranks the beam, ranked by its codes instead, ranks the same 20 items: recall@20 agrees."""
+    """scripts/analysis/compare_rankings.py: the run's own decoding (its beam of 20) gives its recorded metrics; a
+    generator whose item head re-ranks the beam, ranked by its codes instead, ranks the same 20 items: recall@20
+    agrees."""
     name, run_dir, metrics = trained
     hybrid = _rank(run_dir) == "hybrid"
     out = tmp_path / "rankings.json"
     variants = ["beam=20"] + (["rank=codes", "code_weight=0.5"] if hybrid else [])
-    load_script("compare_rankings").main([str(run_dir), "--out", str(out)] +
+    load_script("scripts/analysis/compare_rankings.py").main([str(run_dir), "--out", str(out)] +
                                          [a for v in variants for a in ("--variant", v)])
     rows = json.loads(out.read_text())["runs"]
     assert [r["decoding"] for r in rows] == [{"beam": 20}] + ([{"rank": "codes"}, {"code_weight": 0.5}]
@@ -129,8 +130,9 @@ def test_compare_rankings_records_the_protocol_users_checkpoint_and_named_modes(
     if _rank(run_dir) != "hybrid":
         pytest.skip("the named modes but codes rank with the item head")
     out = tmp_path / "modes.json"
-    load_script("compare_rankings").main([str(run_dir), "--out", str(out), "--baselines", "most_popular"] +
-                                         [a for m in ("codes", "head", "liger", "guided") for a in ("--mode", m)])
+    load_script("scripts/analysis/compare_rankings.py").main(
+        [str(run_dir), "--out", str(out), "--baselines", "most_popular"] +
+        [a for m in ("codes", "head", "liger", "guided") for a in ("--mode", m)])
     found = json.loads(out.read_text())
     rows = found["runs"]
     assert [(r["mode"], r["decoding"], r["carried_by"]) for r in rows] == [
@@ -184,11 +186,11 @@ def test_missing_sid_table_is_named(sid_table, tmp_path):
 
 
 def test_the_diagnosis_levels_add_up_to_each_models_log_probability(trained, tiny_run, tmp_path):
-    """scripts/diagnose_generator.py: the generator's per-level nats sum to its test code ``-log p(target)`` (the
-    run's own metric where its codes rank, else computed here), the teacher's to its softmax over every item, and the
-    beam row over every test user is the run's test metrics."""
+    """scripts/analysis/diagnose_generator.py: the generator's per-level nats sum to its test code ``-log p(target)``
+    (the run's own metric where its codes rank, else computed here), the teacher's to its softmax over every item, and
+    the beam row over every test user is the run's test metrics."""
     name, run_dir, metrics = trained
-    script = load_script("diagnose_generator")
+    script = load_script("scripts/analysis/diagnose_generator.py")
     out = tmp_path / "diagnosis.json"
     script.main(["--generator", str(run_dir), "--teacher", str(tiny_run[0]), "--out", str(out), "--sample", "1000",
                  "--train-batches", "2", "--wide-beam", "40"])

@@ -123,7 +123,7 @@ def test_the_gpu_recipe_leaves_compile_off():
 @needs_compiler
 def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):
     """recipe=gpu end to end on the CPU with compile=true on top (the recipe's other run in
-    scripts/gpu_recipe_check.sh): bf16-mixed, compiled stacks, its batch size and warm-up, then beam search."""
+    scripts/gpu/gpu_recipe_check.sh): bf16-mixed, compiled stacks, its batch size and warm-up, then beam search."""
     cfg = compose_config("train", TINY + SMALL["sid_gpt"] + ["model=sid_gpt", f"sid_table={sid_table}",
                                                                f"data.cache_dir={sid_table / 'cache'}", "recipe=gpu",
                                                                "compile=true", "trainer.accelerator=cpu",
@@ -139,10 +139,10 @@ def test_the_gpu_recipe_trains_a_generator_on_cpu(sid_table, tmp_path):
 
 
 def test_the_gpu_bundle_names_a_missing_input_before_downloading_anything(tmp_path):
-    """scripts/pack_gpu_bundle.sh checks its inputs first: a missing SID table is named, nothing is written."""
+    """scripts/gpu/pack_gpu_bundle.sh checks its inputs first: a missing SID table is named, nothing is written."""
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(["bash", str(root / "scripts" / "pack_gpu_bundle.sh")], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "SID_TABLE": str(tmp_path / "no-sid"),
-                                 "TEACHER": str(tmp_path / "no-teacher"), "DEST": str(tmp_path / "bundle")})
+    result = subprocess.run(["bash", str(root / "scripts" / "gpu" / "pack_gpu_bundle.sh")], capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "SID_TABLE": str(tmp_path / "no-sid"),
+                                            "TEACHER": str(tmp_path / "no-teacher"), "DEST": str(tmp_path / "bundle")})
     assert result.returncode == 2 and f"{tmp_path / 'no-sid'}/sid_table.parquet is missing" in result.stderr
     assert not (tmp_path / "bundle").exists()

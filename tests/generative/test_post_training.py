@@ -670,9 +670,9 @@ def test_init_from_loads_the_run_weights_and_refuses_another_model(tiny_run, wor
 
 
 def test_heldout_negatives_counted_by_hand():
-    """scripts/negatives_heldout.py: a user without held-out items (a time split's early user) never counts, and an
-    empty negative (0) is not an item."""
-    script = load_script("negatives_heldout")
+    """scripts/analysis/negatives_heldout.py: a user without held-out items (a time split's early user) never counts,
+    and an empty negative (0) is not an item."""
+    script = load_script("scripts/analysis/negatives_heldout.py")
     data = SequenceData(name="t", item_ids=np.array([1, 2, 3, 4, 5, 6, 7, 8, 9]), offsets=np.array([0, 4, 7, 9]),
                         timestamps=None, item_raw_ids=np.arange(10), user_raw_ids=np.arange(3),
                         valid_at=np.array([2, 5, 9]), test_at=np.array([3, 6, 9]))

@@ -292,7 +292,7 @@ def test_bench_script_refuses_cleanly_without_a_gpu(tmp_path):
     if CUDA:
         pytest.skip("the benchmark runs here")
     out = tmp_path / "bench.json"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--quick", "--out", str(out)],
+    result = subprocess.run([sys.executable, "-m", "scripts.bench.bench_kernels", "--quick", "--out", str(out)],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "needs a CUDA GPU" in result.stdout and not out.exists()

@@ -4,7 +4,7 @@ within each sequence (no softmax), with the relative attention bias ``rab`` of Z
 Two implementations:
 
 * ``"padded"`` pads the whole batch to its longest sequence and writes the formula out with a 0/1 causal mask: the
-  test oracle, and the baseline of ``scripts/bench_hstu.py``.
+  test oracle, and the baseline of ``scripts/bench/bench_hstu.py``.
 * ``"jagged"`` sorts the sequences by length and computes groups of similar length, each padded only to its own
   longest (groups chosen by :func:`length_groups`), so the work follows ``sum_i n_i²`` rather than
   ``B · max_i n_i²``. It gives the same result as ``"padded"``, through

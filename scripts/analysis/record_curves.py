@@ -1,0 +1,58 @@
+"""Learning curves of finished genrec-train runs -> one results file: each run's validation metrics after every
+training epoch, read from the run folder's own log (``logs/metrics.csv``, which the CSV logger keeps across
+resumes), with the run's settings and, for a stage started with ``init_from``, the epoch it started from (so a
+stage's curve continues its source's).
+
+Usage::
+
+    python -m scripts.analysis.record_curves --out results/curves_beauty_post.json runs/bpost/teacher \\
+        runs/bpost/sft-0 ...
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+#: validation metrics kept per epoch
+METRICS = ("ndcg@10", "recall@10")
+
+
+def curve(run_dir: Path) -> dict:
+    """One run's settings and ``curve``: ``[{epoch, step, ndcg@10, recall@10}]`` after each training epoch (the
+    validation of the best checkpoint that genrec-train logs after training, at epoch ``epochs_run``, left out)."""
+    from omegaconf import OmegaConf
+
+    summary = json.loads((run_dir / "metrics.json").read_text())
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    log = (run_dir / "logs" / "metrics.csv").read_text().splitlines()
+    rows = [r for r in csv.DictReader(log) if r.get("val/ndcg@10")]
+    points = [{"epoch": int(r["epoch"]), "step": int(r["step"]), **{m: float(r[f"val/{m}"]) for m in METRICS}}
+              for r in rows if int(r["epoch"]) < summary["epochs_run"]]
+    if [p["epoch"] for p in points] != list(range(summary["epochs_run"])):
+        raise SystemExit(f"record_curves: error: {run_dir}/logs/metrics.csv: expected one validation per epoch "
+                         f"0..{summary['epochs_run'] - 1}, got epochs {[p['epoch'] for p in points]}")
+    started = json.loads((run_dir / "init_from.json").read_text()) if (run_dir / "init_from.json").exists() else None
+    return {"run": str(run_dir), "results_name": cfg.get("results_name"), "model": cfg.model.name,
+            "lr": cfg.optim.lr, "schedule": cfg.optim.get("schedule", "constant"),
+            "max_epochs": cfg.trainer.max_epochs, "epochs_run": summary["epochs_run"],
+            "best_epoch": summary["best_epoch"],
+            "init_from": None if started is None else {"checkpoint": started["checkpoint"], "epoch": started["epoch"]},
+            "test": {m: summary["metrics"]["test"][m] for m in METRICS}, "curve": points}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="results JSON to write")
+    parser.add_argument("runs", nargs="+", help="genrec-train run folders")
+    args = parser.parse_args(argv)
+    from genrec.utils.provenance import provenance, write_json
+
+    runs = [curve(Path(r)) for r in args.runs]
+    write_json(Path(args.out), {"kind": "validation_curves", "metrics": list(METRICS), "runs": runs, **provenance()})
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

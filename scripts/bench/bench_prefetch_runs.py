@@ -1,0 +1,94 @@
+"""genrec-train with a dynamic item table whose tier 0 holds a tenth of the items: steps/s without and with
+prefetching (``model.embedding.prefetch_depth=1``), beside the same table all in memory, on the synthetic default and
+on MovieLens-100K; the two tiered runs must give identical metrics and table counters (the bench fails otherwise).
+
+Each run trains a fixed number of epochs (no early stopping, no baselines), one thread; the runs of a dataset run one
+after another in this process. A tier 0 of 10% must still hold the rows of the last three batches (the one training,
+the one mapped ahead, the one before): the batches are sized so that it does, and the file records the fraction.
+
+    python -m scripts.bench.bench_prefetch_runs            # -> results/bench_prefetch_runs.json
+    python -m scripts.bench.bench_prefetch_runs --quick    # one epoch of a smaller synthetic set, to check the script
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+from genrec import train as train_entry  # noqa: E402
+from genrec.conf import compose_config  # noqa: E402
+from genrec.utils.provenance import provenance, write_json  # noqa: E402
+
+#: what every run shares: dynamic table, sampled softmax, fixed epochs, one thread
+COMMON = ["embedding@model.embedding=dynamic", "loss@model.loss=sampled", "model.loss.num_negatives=16",
+          "model.embedding.pinned_batches=2", "callbacks=none", "baselines=[]", "threads=1",
+          "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false", "telemetry.enabled=false"]
+#: dataset -> (its overrides, epochs)
+DATASETS = {
+    "synthetic": (["data.batch_size=8", "data.max_len=20", "model.dim=32"], 2),
+    "ml100k": (["data=ml100k", "data.batch_size=2", "data.max_len=16", "model.dim=32"], 2),
+}
+QUICK = {"synthetic": (["data.reader.num_users=1500", "data.reader.num_items=2000", "data.batch_size=2",
+                        "data.max_len=16", "model.dim=16"], 1)}
+COUNTERS = ("admitted", "evicted", "hits_tier0", "hits_tier2", "live_rows_tier0")
+
+
+def _run(overrides: list[str], folder: Path, name: str) -> dict:
+    cfg = compose_config("train", overrides + [f"data.cache_dir={folder / 'cache'}",
+                                               f"model.embedding.store.path={folder / name}-store"])
+    metrics = train_entry.run(cfg, folder / name)
+    return {"steps": metrics["steps_run"], "train_seconds": metrics["train_seconds"],
+            "steps_per_s": metrics["steps_run"] / metrics["train_seconds"], "metrics": metrics["metrics"],
+            "item_table": {k: metrics["item_table"][k] for k in COUNTERS}, "dataset": metrics["dataset"]}
+
+
+def bench(name: str, overrides: list[str], epochs: int, folder: Path) -> dict:
+    base = COMMON + overrides + [f"trainer.max_epochs={epochs}"]
+    items = compose_config("train", base).data
+    whole = _run(base + ["model.embedding.capacity=10000000"], folder, f"{name}-memory")
+    num_items = whole["dataset"]["items"]
+    capacity = max(num_items // 10, 1)
+    tiered = base + [f"model.embedding.capacity={capacity}"]
+    mapped = _run(tiered, folder, f"{name}-tier0")
+    prefetched = _run(tiered + ["model.embedding.prefetch_depth=1"], folder, f"{name}-tier0-prefetch")
+    identical = mapped["metrics"] == prefetched["metrics"] and mapped["item_table"] == prefetched["item_table"]
+    if not identical:
+        raise SystemExit(f"{name}: prefetching changed the run: {mapped['metrics']} vs {prefetched['metrics']}")
+    runs = {"all_in_memory": whole, "tier0_10pct": mapped, "tier0_10pct_prefetch": prefetched}
+    return {"settings": {"overrides": base, "epochs": epochs, "batch_size": items.batch_size,
+                         "max_len": items.max_len},
+            "tier0_rows": capacity, "tier0_fraction": capacity / (num_items + 1), "num_items": num_items,
+            "runs": runs, "identical_with_prefetch": identical,
+            "step_time_vs_all_in_memory": {k: whole["steps_per_s"] / r["steps_per_s"] for k, r in runs.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_prefetch_runs.json")
+    args = parser.parse_args()
+    datasets = QUICK if args.quick else DATASETS
+    out = {"kind": "bench_prefetch_runs", "quick": args.quick, "cores": os.cpu_count(),
+           "load_average_1min": {"start": os.getloadavg()[0]}, "datasets": {}}
+    with tempfile.TemporaryDirectory(prefix="genrec-prefetch-") as tmp:
+        for name, (overrides, epochs) in datasets.items():
+            out["datasets"][name] = bench(name, overrides, epochs, Path(tmp))
+    out["load_average_1min"]["end"] = os.getloadavg()[0]
+    out.update(provenance())
+    write_json(args.out, out)
+    print(f"{'dataset':<10} {'tier 0':>8} {'all in memory':>14} {'10% tier 0':>11} {'+ prefetch':>11}  identical"
+          "   (step time vs all in memory)")
+    for name, r in out["datasets"].items():
+        ratio = r["step_time_vs_all_in_memory"]
+        print(f"{name:<10} {r['tier0_fraction']:>8.1%} {r['runs']['all_in_memory']['steps_per_s']:>10.1f}/s "
+              f"{ratio['tier0_10pct']:>10.2f}x {ratio['tier0_10pct_prefetch']:>10.2f}x  "
+              f"{r['identical_with_prefetch']}")
+    print(f"written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
