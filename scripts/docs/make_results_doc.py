@@ -2262,6 +2262,31 @@ DATA_STATS_NOTES = [
     ""]
 
 
+def bench_prefetch_runs_tables(files: list[dict]) -> list[str]:
+    """genrec-train with a 10% tier 0, with and without prefetching, beside all in memory
+    (scripts/bench/bench_prefetch_runs.py)."""
+    out = []
+    for r in files:
+        if r.get("name") != "bench_prefetch_runs" or r.get("quick"):
+            continue
+        out += ["## Dynamic tables: prefetching in genrec-train runs", "",
+                f"`results/{r['name']}.json` (`python -m scripts.bench.bench_prefetch_runs`, commit "
+                f"`{r['commit'][:12]}`): SASRec on a dynamic item table, sampled softmax, one thread, fixed epochs; "
+                "the tier-0 runs hold a tenth of the items' rows and send the rest to the slab store. The prefetched "
+                "run must give the metrics and table counters of the run without prefetching (the bench fails "
+                "otherwise). The runs last tens of seconds on a shared machine: their step times are noisy.", "",
+                "| dataset | tier 0 rows | run | steps/s | step time vs all in memory | test NDCG@10 | identical |",
+                "|---|---|---|---|---|---|---|"]
+        for name, d in r["datasets"].items():
+            for run, x in d["runs"].items():
+                same = "" if run == "all_in_memory" else ("yes" if d["identical_with_prefetch"] else "**no**")
+                out.append(f"| {name} | {d['tier0_rows']:,} of {d['num_items']:,} | {run} | {x['steps_per_s']:.1f} | "
+                           f"{d['step_time_vs_all_in_memory'][run]:.2f} | {x['metrics']['test']['ndcg@10']:.4f} | "
+                           f"{same} |")
+        out.append("")
+    return out
+
+
 def bench_preprocess_tables(files: list[dict]) -> list[str]:
     """The out-of-core preprocessing benchmark (scripts/bench/bench_preprocess.py): engines side by side per log
     size."""
@@ -3010,6 +3035,7 @@ def main() -> None:
     lines += bench_compile_tables(others)
     lines += stream_vs_offline_tables(others)
     lines += bench_stream_tables(others)
+    lines += bench_prefetch_runs_tables(others)
     lines += bench_preprocess_tables(others)
     lines += sweep_tables(others)
     DOC.parent.mkdir(parents=True, exist_ok=True)
