@@ -82,7 +82,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("prequential.baselines", f"unknown baseline(s) {unknown}; known: {sorted(ONLINE_BASELINES)}")
     if cfg.state.backend not in ("rocksdb", "lmdb"):
         raise ConfigError("state.backend", f"must be rocksdb or lmdb, got {cfg.state.backend!r}")
-    check_table_config(cfg, "genrec-stream")
+    check_table_config(cfg)
     if (cfg.model.get("prior") or {}).get("enabled") or cfg.model.get("item_init", "random") != "random":
         raise ConfigError("model.prior", "the transition prior and model.item_init read a training split's counts, "
                                          "which a stream does not have: leave them off (model.prior.enabled=false, "

@@ -84,15 +84,40 @@ class Learner:
         """The training loss at the masked positions of ``examples`` (the recommender's own ``training_loss``)."""
         return self.model.training_loss(examples.batch, self.loss, examples.mask, self.draw(examples))
 
-    def train(self, examples: Examples | Step, event_time: int | None = None) -> float:
-        """One step on the targets of ``examples``: :meth:`loss_of`, the table's fused update and AdamW on the
-        dense parameters. Returns the loss."""
+    def candidates(self, examples: Examples | Step) -> torch.Tensor:
+        """``(C,)`` the raw item IDs the loss of ``examples`` scores: its positives and negatives drawn now
+        (:meth:`draw`)."""
+        return self.loss.item_ids(examples.batch.target_ids[examples.mask], self.model.num_items,
+                                  draw=self.draw(examples))
+
+    def train_steps(self, steps: list[Step], event_time: int) -> list[float]:
+        """Train on ``steps`` in order (each with targets) and return their losses. Every step's candidates are
+        drawn before the first step trains, from the rows tier 0 holds then, so every step's lookup is known ahead:
+        with ``embedding.prefetch_depth = d > 0`` the table maps the rows of the next ``d`` steps in a background
+        thread while a step trains (the same mappings, in the same order: the same result as ``d = 0``). Nothing is
+        left mapped ahead when this returns (a checkpoint may follow)."""
+        candidates = [self.candidates(step) for step in steps]
+        depth, submitted = self.embedding.config.prefetch_depth, 0
+        losses = []
+        for k, step in enumerate(steps):
+            while depth and submitted < min(len(steps), k + 1 + depth):
+                self.embedding.prefetch(steps[submitted].batch.to_kjt(), candidates[submitted], event_time)
+                submitted += 1
+            losses.append(self.train(step, event_time, candidates[k]))
+        return losses
+
+    def train(self, examples: Examples | Step, event_time: int | None = None,
+              candidates: torch.Tensor | None = None) -> float:
+        """One step on the targets of ``examples``: the loss over ``candidates`` (default: drawn now, as
+        :meth:`loss_of`), the table's fused update and AdamW on the dense parameters. Returns the loss."""
         if examples.num_targets == 0:
             return float("nan")
         self.model.train()
         if event_time is not None:
             self.embedding.set_event_time(event_time)
-        loss = self.loss_of(examples)
+        if candidates is None:
+            candidates = self.candidates(examples)
+        loss = self.model.candidates_loss(examples.batch, self.loss, candidates, examples.mask)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_clip:

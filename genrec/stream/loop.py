@@ -276,8 +276,9 @@ class StreamLoop:
                 self._predict(events, examples)
             batch_time = int(events.times.max())
             if self.train and examples.num_targets:
-                for part in examples.steps(self.step_targets):
-                    self._interval["loss"] += self.learner.train(part, batch_time)
+                parts = [part for part in examples.steps(self.step_targets) if part.num_targets]
+                for part, loss in zip(parts, self.learner.train_steps(parts, batch_time)):
+                    self._interval["loss"] += loss
                     self._interval["steps"] += 1
                     self.counts["steps"] += 1
                     self.counts["positions"] += len(part.batch.item_ids)

@@ -57,11 +57,9 @@ def close_tables(module: nn.Module) -> None:
         table.close()
 
 
-def check_table_config(cfg: DictConfig, program: str = "genrec-train") -> None:
+def check_table_config(cfg: DictConfig) -> None:
     """A dynamic item table's settings (``model.embedding``), checked before the data loads: a bad value is a
-    :class:`ConfigError` naming its key (``model.embedding.capacity``). genrec-train prefetches
-    (:mod:`genrec.training.prefetch`); genrec-stream draws each step's negatives from the rows the table holds at that
-    step, so it cannot know the next step's IDs: it refuses ``prefetch_depth > 0`` rather than ignore it."""
+    :class:`ConfigError` naming its key (``model.embedding.capacity``)."""
     node = OmegaConf.select(cfg, "model.embedding")
     if node is None or node.get("_target_") not in ("genrec.embedding.dynamic.DynamicItemEmbedding",
                                                     f"{DynamicItemEmbedding.__module__}.DynamicItemEmbedding"):
@@ -73,10 +71,6 @@ def check_table_config(cfg: DictConfig, program: str = "genrec-train") -> None:
         config = DynamicTableConfig.build(settings.pop("dim", None), settings.pop("capacity", None), **settings)
     except ConfigError as err:
         raise ConfigError(f"model.{err.key}", str(err).split(": ", 1)[1]) from None
-    if config.prefetch_depth and program != "genrec-train":
-        raise ConfigError("model.embedding.prefetch_depth",
-                          f"{program} draws each step's negatives from the rows the table holds at that step, so it "
-                          "cannot map the next step ahead: set 0 (genrec-train prefetches: docs/DYNAMIC_EMBEDDINGS.md)")
 
 
 def private_stores(cfg: DictConfig) -> DictConfig:

@@ -1,6 +1,9 @@
-"""genrec-train with a dynamic item table whose tier 0 holds a tenth of the items: steps/s without and with
-prefetching (``model.embedding.prefetch_depth=1``), beside the same table all in memory, on the synthetic default and
-on MovieLens-100K; the two tiered runs must give identical metrics and table counters (the bench fails otherwise).
+"""genrec-train and genrec-stream with a dynamic item table whose tier 0 holds a tenth of the items: steps/s (records/s
+for the stream) without and with prefetching (``model.embedding.prefetch_depth=1``), beside the same table all in
+memory, on the synthetic default and on MovieLens-100K; the two tiered runs must give identical metrics and table
+counters (the bench fails otherwise). The stream replays each dataset's events in timestamp order, prequential
+evaluation on (its metrics are the ones compared), baselines off; its tier 0 holds ``STREAM_TIER0`` of the items,
+not a tenth: a stream step trains whole user histories, and the distinct items of three steps do not fit in a tenth.
 
 Each run trains a fixed number of epochs (no early stopping, no baselines), one thread; the runs of a dataset run one
 after another in this process. A tier 0 of 10% must still hold the rows of the last three batches (the one training,
@@ -21,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from genrec import train as train_entry  # noqa: E402
 from genrec.conf import compose_config  # noqa: E402
+from genrec.stream import cli as stream_cli  # noqa: E402
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
 
 #: what every run shares: dynamic table, sampled softmax, fixed epochs, one thread
@@ -35,6 +39,13 @@ DATASETS = {
 QUICK = {"synthetic": (["data.reader.num_users=1500", "data.reader.num_items=2000", "data.batch_size=2",
                         "data.max_len=16", "model.dim=16"], 1)}
 COUNTERS = ("admitted", "evicted", "hits_tier0", "hits_tier2", "live_rows_tier0")
+#: what every stream run shares: a replay, one thread, no baselines, the table's rows of two steps pinned
+STREAM_COMMON = ["source=replay", "stream.stop_when_idle=true", "threads=1", "prequential.baselines=[]",
+                 "model.loss.num_negatives=128", "stream.step_targets=64",
+                 "model.embedding.pinned_batches=2"]
+STREAMS = {"synthetic": ["data=synthetic"], "ml100k": ["data=ml100k"]}
+STREAM_TIER0 = 0.3
+QUICK_STREAMS = {"synthetic": ["data=synthetic", "stream.max_events=5000"]}
 
 
 def _run(overrides: list[str], folder: Path, name: str) -> dict:
@@ -66,27 +77,57 @@ def bench(name: str, overrides: list[str], epochs: int, folder: Path) -> dict:
             "step_time_vs_all_in_memory": {k: whole["steps_per_s"] / r["steps_per_s"] for k, r in runs.items()}}
 
 
+def _stream(overrides: list[str], folder: Path, name: str) -> dict:
+    cfg = compose_config("stream", overrides + [f"model.embedding.store.path={folder / name}-store"])
+    metrics = stream_cli.run(cfg, folder / name)
+    return {"records": metrics["counts"]["records"], "steps": metrics["counts"]["steps"],
+            "seconds": metrics["seconds"], "records_per_s": metrics["records_per_s"],
+            "metrics": metrics["prequential"], "item_table": {k: metrics["item_table"][k] for k in COUNTERS}}
+
+
+def bench_stream(name: str, overrides: list[str], folder: Path) -> dict:
+    """genrec-stream over ``name``'s events: all in memory, then a tier 0 of :data:`STREAM_TIER0` of the items it
+    admitted, without and with prefetching."""
+    base = STREAM_COMMON + overrides
+    whole = _stream(base + ["model.embedding.capacity=10000000"], folder, f"stream-{name}-memory")
+    num_items = whole["item_table"]["admitted"]
+    capacity = max(int(num_items * STREAM_TIER0), 1)
+    tiered = base + [f"model.embedding.capacity={capacity}"]
+    mapped = _stream(tiered, folder, f"stream-{name}-tier0")
+    prefetched = _stream(tiered + ["model.embedding.prefetch_depth=1"], folder, f"stream-{name}-tier0-prefetch")
+    identical = mapped["metrics"] == prefetched["metrics"] and mapped["item_table"] == prefetched["item_table"]
+    if not identical:
+        raise SystemExit(f"stream {name}: prefetching changed the run: {mapped} vs {prefetched}")
+    runs = {"all_in_memory": whole, "tier0_10pct": mapped, "tier0_10pct_prefetch": prefetched}
+    return {"settings": {"overrides": base}, "tier0_rows": capacity, "tier0_fraction": capacity / num_items,
+            "num_items": num_items, "runs": runs, "identical_with_prefetch": identical,
+            "step_time_vs_all_in_memory": {k: whole["records_per_s"] / r["records_per_s"] for k, r in runs.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench_prefetch_runs.json")
     args = parser.parse_args()
-    datasets = QUICK if args.quick else DATASETS
+    datasets, streams = (QUICK, QUICK_STREAMS) if args.quick else (DATASETS, STREAMS)
     out = {"kind": "bench_prefetch_runs", "quick": args.quick, "cores": os.cpu_count(),
-           "load_average_1min": {"start": os.getloadavg()[0]}, "datasets": {}}
+           "load_average_1min": {"start": os.getloadavg()[0]}, "datasets": {}, "streams": {}}
     with tempfile.TemporaryDirectory(prefix="genrec-prefetch-") as tmp:
         for name, (overrides, epochs) in datasets.items():
             out["datasets"][name] = bench(name, overrides, epochs, Path(tmp))
+        for name, overrides in streams.items():
+            out["streams"][name] = bench_stream(name, overrides, Path(tmp))
     out["load_average_1min"]["end"] = os.getloadavg()[0]
     out.update(provenance())
     write_json(args.out, out)
-    print(f"{'dataset':<10} {'tier 0':>8} {'all in memory':>14} {'10% tier 0':>11} {'+ prefetch':>11}  identical"
+    print(f"{'run':<17} {'tier 0':>8} {'all in memory':>14} {'small tier 0':>11} {'+ prefetch':>11}  identical"
           "   (step time vs all in memory)")
-    for name, r in out["datasets"].items():
-        ratio = r["step_time_vs_all_in_memory"]
-        print(f"{name:<10} {r['tier0_fraction']:>8.1%} {r['runs']['all_in_memory']['steps_per_s']:>10.1f}/s "
-              f"{ratio['tier0_10pct']:>10.2f}x {ratio['tier0_10pct_prefetch']:>10.2f}x  "
-              f"{r['identical_with_prefetch']}")
+    for program, key, unit in (("train", "datasets", "steps_per_s"), ("stream", "streams", "records_per_s")):
+        for name, r in out[key].items():
+            ratio = r["step_time_vs_all_in_memory"]
+            print(f"{program + ' ' + name:<17} {r['tier0_fraction']:>8.1%} {r['runs']['all_in_memory'][unit]:>10.1f}/s "
+                  f"{ratio['tier0_10pct']:>10.2f}x {ratio['tier0_10pct_prefetch']:>10.2f}x  "
+                  f"{r['identical_with_prefetch']}")
     print(f"written: {args.out}")
 
 

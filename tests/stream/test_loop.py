@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from genrec.embedding.dynamic import DynamicItemEmbedding
 from genrec.embedding.dynamic.export import apply_export, read_export
 from genrec.errors import ConfigError, UserError
 from genrec.export.manifest import validate_manifest
@@ -85,6 +86,24 @@ def test_a_stopped_run_resumes_bit_identical(tmp_path, stream_files):
     a, b = (pd.read_csv(d / "logs" / "prequential.csv") for d in (whole, parts))
     a, b = (x[x.complete == 1].reset_index(drop=True) for x in (a, b))
     pd.testing.assert_frame_equal(a, b)  # the closed windows: written once, the same
+
+
+def test_prefetching_the_next_steps_rows_changes_nothing(tmp_path, stream_files, monkeypatch):
+    """prefetch_depth=1: a step's rows are mapped in a background thread while the step before it trains (several
+    steps per micro-batch, tier 0 smaller than the catalogue); the run ends in the state of the run without
+    prefetching (model, optimizer, random state, table, histories) with the same prequential log."""
+    folder, _ = stream_files
+    submitted = []
+    prefetch = DynamicItemEmbedding.prefetch
+    monkeypatch.setattr(DynamicItemEmbedding, "prefetch",
+                        lambda self, *args: (submitted.append(len(args[1])), prefetch(self, *args))[1])
+    runs = {depth: _run(tmp_path, f"depth{depth}", ["model.embedding.pinned_batches=2",
+                                                    f"model.embedding.prefetch_depth={depth}"], folder)
+            for depth in (0, 1)}
+    assert len(submitted) == runs[1][1]["counts"]["steps"] > runs[1][1]["counts"]["records"] // 64  # every step
+    assert_same_state(*(final_state(run_dir) for run_dir, _ in runs.values()))
+    logs = [pd.read_csv(run_dir / "logs" / "prequential.csv") for run_dir, _ in runs.values()]
+    pd.testing.assert_frame_equal(*logs)
 
 
 def test_a_frozen_run_ranks_only_from_from_time_and_changes_no_weight(tmp_path, stream_files):
@@ -220,7 +239,7 @@ def test_hot_exports_are_versioned_with_deltas(tmp_path, stream_files):
     ("loss@model.loss=full", "model.loss: the full softmax scores every item ID"),
     ("embedding@model.embedding=static", "model.embedding: the stream trainer keys items by raw ID"),
     ("stream.schema.event_types=[click]", "stream.schema.event_types: needs the event-type field"),
-    ("model.embedding.prefetch_depth=1", "model.embedding.prefetch_depth: genrec-stream draws each step's negatives"),
+    ("model.embedding.prefetch_depth=2", "model.embedding.prefetch_depth: must be in [0, pinned_batches=2)"),
 ])
 def test_bad_config_values_name_their_key(tmp_path, override, message):
     cfg = compose_stream([o for o in TINY if "loss" not in o] + [f"source.path={tmp_path}", override])
