@@ -1,5 +1,5 @@
-"""The stream loop (genrec-stream): micro-batches of events from a source -> prequential evaluation -> training steps on the
-dynamic item table -> state updates; checkpoints with exactly-once semantics; versioned hot exports.
+"""The stream loop (genrec-stream): micro-batches of events from a source -> prequential evaluation -> training
+steps on the dynamic item table -> state updates; checkpoints with exactly-once semantics; versioned hot exports.
 
 One micro-batch (``batch_size`` records, fewer only when the source has no more for now: the trainer waits for
 records only while it has none, so a backlog is consumed in full micro-batches):

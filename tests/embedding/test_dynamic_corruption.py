@@ -23,7 +23,8 @@ RUN_ID = "a" * 32
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory) -> tuple[Path, dict]:
-    """A table with rows in its RocksDB tier (the store whose files this module damages), saved by run ``RUN_ID`` -> (checkpoint folder, the rows it holds)."""
+    """A table with rows in its RocksDB tier (the store whose files this module damages), saved by run ``RUN_ID``
+    -> (checkpoint folder, the rows it holds)."""
     tmp = tmp_path_factory.mktemp("snapshot")
     table = DynamicTable(_config(tmp / "store", backend="rocksdb"))
     _train(table, _batches(30))
