@@ -88,12 +88,12 @@ def test_a_cap_reached_before_any_validation_is_one_line(tmp_path):
                                           "validation pass")
 
 
-def test_stream_prefetching_is_refused_before_the_data_loads(tmp_path):
-    """genrec-stream draws each step's negatives from the rows its table holds at that step, so a prefetch setting
-    would do nothing (genrec-train prefetches: tests/embedding/test_prefetch_runs.py)."""
-    proc = _cli("genrec.stream", f"source.path={tmp_path / 'events'}", "model.embedding.prefetch_depth=1",
+def test_a_stream_prefetch_depth_the_table_cannot_pin_is_refused_before_the_data_loads(tmp_path):
+    """A prefetched step's rows stay pinned until it trains: a depth of pinned_batches or more is one line naming
+    the key (the events folder does not even exist)."""
+    proc = _cli("genrec.stream", f"source.path={tmp_path / 'events'}", "model.embedding.prefetch_depth=2",
                 f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    _one_line_error(proc, "genrec-stream", "model.embedding.prefetch_depth: genrec-stream draws each step's negatives")
+    _one_line_error(proc, "genrec-stream", "model.embedding.prefetch_depth: must be in [0, pinned_batches=2)")
 
 
 def test_missing_and_truncated_resume_checkpoints(run_copy, tmp_path):
