@@ -8,6 +8,7 @@ from genrec import train as train_entry
 from genrec.conf import compose_config
 from genrec.training.budget import CURVE_FILE
 
+from scripts.bench import bench_budget_tables
 from tests.conftest import TINY_RUN, load_script
 
 bench_budget = load_script("scripts/bench/bench_budget.py")
@@ -75,10 +76,9 @@ def test_the_budget_stops_training(tmp_path):
 
 def test_the_results_doc_shows_the_time_to_pass_and_the_margin(budget_run):
     _, result = budget_run
-    doc = load_script("scripts/docs/make_results_doc.py")
     second = json.loads(json.dumps(result)) | {"seed": 1, "name": "budget_synthetic_sasrec_test_seed1"}
     second["cpu_seconds_to_pass"] = {"valid": None, "test": 7.0}
-    lines = doc.budget_tables([result, second])
+    lines = bench_budget_tables.tables([result, second])
     assert lines[0] == "## Time to pass `transitions_last3_skip` at a CPU budget: synthetic"
     row = next(line for line in lines if line.startswith("| sasrec | test |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]

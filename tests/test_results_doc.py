@@ -1,21 +1,67 @@
-"""scripts/docs/make_results_doc.py: the pieces that decide which results share a row."""
+"""The results docs (scripts/docs/make_results_doc.py): the templates it fills, and the renderers' pieces that decide
+which results share a row (scripts/docs/tables/, and the *_tables modules beside the scripts that write results)."""
+import importlib
+
 import pytest
 
+from scripts.analysis import cold_start_tables, compare_rankings_tables
+from scripts.docs import make_results_doc
+from scripts.docs.tables import generative, post_training, training
+from scripts.docs.tables.common import prose
+from scripts.gpu import record_gpu_tests_tables
 from tests.conftest import load_script
 
 
+def _sections(files: list[dict]) -> list[str]:
+    """A renderer for the template tests: a heading per file, then the prose kept for that file."""
+    return [line for f in files for line in (f"## {f['name']}", prose("notes", f["name"]))]
+
+
+def test_a_template_is_filled_by_its_renderers_and_its_prose(tmp_path):
+    template = tmp_path / "page.md"
+    template.write_text("# Results: A page\n\n{{ prose:intro }}\n{{ tests.test_results_doc._sections }}\n\n"
+                        "<!-- prose:intro -->\nFixed text.\n\n<!-- /prose -->\n\n"
+                        "<!-- prose:notes:x -->\nWhat x rests on.\n<!-- /prose -->\n")
+    page, blocks = make_results_doc.read_template(template)
+    assert page == ["# Results: A page", "", "{{ prose:intro }}", "{{ tests.test_results_doc._sections }}"]
+    assert blocks == {"intro": ["Fixed text.", ""], "notes:x": ["What x rests on."]}
+    # y has no notes: its prose line goes
+    assert make_results_doc.fill(page, [{"name": "x"}, {"name": "y"}], blocks) == [
+        "# Results: A page", "", "Fixed text.", "", "## x", "What x rests on.", "## y"]
+
+
+@pytest.mark.parametrize("text, error", [
+    ("page\n<!-- prose:a -->\nA\n<!-- /prose -->\nmore page\n", "page.md:5: text outside a prose block"),
+    ("page\n<!-- prose:a -->\nA\n", "prose block a has no <!-- /prose -->"),
+    ("<!-- prose:a -->\n<!-- /prose -->\n<!-- prose:a -->\n<!-- /prose -->\n", "page.md:3: a second prose block a")])
+def test_a_broken_template_is_a_clear_error(tmp_path, text, error):
+    (tmp_path / "page.md").write_text(text)
+    with pytest.raises(SystemExit, match=error):
+        make_results_doc.read_template(tmp_path / "page.md")
+
+
+def test_every_template_names_renderers_that_exist_and_pages_the_summary_links():
+    templates = {p.stem: make_results_doc.read_template(p) for p in make_results_doc.TEMPLATES.glob("*.md")}
+    for page, _ in templates.values():
+        for line in page:
+            match = make_results_doc.RENDERER.fullmatch(line)
+            if match:
+                module, _, function = match[1].rpartition(".")
+                assert callable(getattr(importlib.import_module(module), function)), line
+    linked = {m[2] for line in templates["results"][0] for m in make_results_doc.INDEX.finditer(line)}
+    assert linked == set(templates) - {"results"}
+    assert all(page[0].startswith("# Results: ") for stem, (page, _) in templates.items() if stem != "results")
+
 def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
-    doc = load_script("scripts/docs/make_results_doc.py")
     default = {"encoder": {"name": "text"}, "tokenizer": {"name": "rqvae"}, "collisions": "extra_level"}
     balanced = {**default, "tokenizer": {"name": "rkmeans_balanced", "balanced": True}}
     four_levels = {**default, "encoder": {"name": "collaborative"}, "collisions": "nearest_free"}
-    assert doc._sid_source_label(default) == "text"
-    assert doc._sid_source_label(balanced) == "text (rkmeans_balanced, extra_level)"
-    assert doc._sid_source_label(four_levels) == "collaborative (rqvae, nearest_free)"
+    assert generative._sid_source_label(default) == "text"
+    assert generative._sid_source_label(balanced) == "text (rkmeans_balanced, extra_level)"
+    assert generative._sid_source_label(four_levels) == "collaborative (rqvae, nearest_free)"
 
 
 def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, seed: int, lr: float, ndcg: float, sft: str = "sft") -> dict:
         return {"name": f"beauty_post_{stage}_seed{seed}", "seed": seed, "config": {"optim": {"lr": lr}},
@@ -28,35 +74,32 @@ def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
                 "sdpo_seq": [run("sdpo_seq", 1, 5e-4, 0.027), run("sdpo_seq", 2, 5e-4, 0.028)],
                 "sft_more_nodrop_conv": [run("sft_more_nodrop_conv", 1, 5e-4, 0.050, sft="sft_conv")],
                 "sdpo_seq_conv": [run("sdpo_seq_conv", 1, 5e-4, 0.050, sft="sft_conv")]}
-    low = doc._against_control(by_stage, "sft_more_nodrop_lr5e-5")
+    low = post_training._against_control(by_stage, "sft_more_nodrop_lr5e-5")
     assert len(low) == 1 and "(+10.0%)" in low[0] and "goal (+5%) met" in low[0]
-    high = doc._against_control(by_stage, "sft_more_nodrop")
+    high = post_training._against_control(by_stage, "sft_more_nodrop")
     assert len(high) == 1 and "(-10.0%)" in high[0]  # seed 2 has no control; the others another rate or SFT run
-    converged = doc._against_control(by_stage, "sft_more_nodrop_conv")
+    converged = post_training._against_control(by_stage, "sft_more_nodrop_conv")
     assert len(converged) == 1 and "(+0.0%)" in converged[0] and "early stopping" in converged[0]
 
 
 def test_stage_names_split_into_a_stage_and_its_variant_tags():
-    doc = load_script("scripts/docs/make_results_doc.py")
-    assert doc._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
-    assert doc._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
-    assert doc._split_tags("sft_distill") == ("sft_distill", [])
-    assert doc._split_tags("sdpo_seq_distill") == ("sdpo_seq", ["_distill"])
-    assert doc._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
-    assert doc._stage_label("sft_more_nodrop_lr5e-5") == (doc.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
+    assert post_training._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
+    assert post_training._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
+    assert post_training._split_tags("sft_distill") == ("sft_distill", [])
+    assert post_training._split_tags("sdpo_seq_distill") == ("sdpo_seq", ["_distill"])
+    assert post_training._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
+    assert post_training._stage_label("sft_more_nodrop_lr5e-5") == (post_training.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
 
 
 def test_post_training_results_are_told_apart_by_the_dataset_prefix():
-    doc = load_script("scripts/docs/make_results_doc.py")
-    assert doc._post_prefix({"name": "post_sdpo_seed0"}) == "post_"
-    assert doc._post_prefix({"name": "beauty_post_sdpo_seed0"}) == "beauty_post_"
-    assert doc._post_prefix({"name": "scientific_post_sdpo_seq_seed2"}) == "scientific_post_"
-    assert doc._post_prefix({"name": "scientific_sasrec_seed0"}) is None
-    assert doc._stage({"name": "scientific_post_sdpo_seq_seed2"}) == "sdpo_seq"
+    assert post_training._post_prefix({"name": "post_sdpo_seed0"}) == "post_"
+    assert post_training._post_prefix({"name": "beauty_post_sdpo_seed0"}) == "beauty_post_"
+    assert post_training._post_prefix({"name": "scientific_post_sdpo_seq_seed2"}) == "scientific_post_"
+    assert post_training._post_prefix({"name": "scientific_sasrec_seed0"}) is None
+    assert post_training._stage({"name": "scientific_post_sdpo_seq_seed2"}) == "sdpo_seq"
 
 
 def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, epochs: int, ndcg: float) -> dict:
         return {"name": f"scientific_post_{stage}_seed0", "seed": 0,
@@ -67,14 +110,13 @@ def test_a_stage_is_compared_only_with_a_control_of_the_same_epoch_cap():
     by_stage = {"sft_more_nodrop": [run("sft_more_nodrop", 5, 0.050)],
                 "sft_more_nodrop_ep12": [run("sft_more_nodrop_ep12", 12, 0.040)],
                 "distill": [run("distill", 5, 0.055)], "distill_ep12": [run("distill_ep12", 12, 0.060)]}
-    five = doc._against_control(by_stage, "sft_more_nodrop")
+    five = post_training._against_control(by_stage, "sft_more_nodrop")
     assert len(five) == 1 and "(+10.0%)" in five[0] and "12 epochs" not in five[0]
-    twelve = doc._against_control(by_stage, "sft_more_nodrop_ep12")
+    twelve = post_training._against_control(by_stage, "sft_more_nodrop_ep12")
     assert len(twelve) == 1 and "(+50.0%)" in twelve[0] and "12 epochs" in twelve[0]
 
 
 def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed():
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(stage: str, seed: int, ndcg: float) -> dict:
         return {"name": f"scientific_post_{stage}_seed{seed}", "seed": seed,
@@ -84,12 +126,11 @@ def test_distillation_from_the_first_step_is_compared_with_sft_of_the_same_seed(
     by_stage = {"sft": [run("sft", 0, 0.050), run("sft", 1, 0.040)],
                 "sft_distill": [run("sft_distill", 0, 0.055), run("sft_distill", 2, 0.070)],
                 "distill": [run("distill", 0, 0.060)]}
-    lines = doc._against_control(by_stage, "sft", stages=("sft_distill",))
+    lines = post_training._against_control(by_stage, "sft", stages=("sft_distill",))
     assert len(lines) == 1 and "(+10.0%)" in lines[0] and "from the first step" in lines[0]  # seed 2 has no SFT run
 
 
 def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def row(seed: int, decoding: dict, ndcg: float) -> dict:
         split = {"ndcg@10": ndcg, "recall@10": 2 * ndcg, "recall@20": 3 * ndcg, "target_log_prob": -9.0}
@@ -100,7 +141,7 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
     files = [{"kind": "ranking_comparison", "name": f"rankings_seed{seed}", "commit": "abc",
               "dataset": {"dataset": "scientific"}, "runs": [row(seed, hybrid, ndcg), row(seed, wide, 0.07)]}
              for seed, ndcg in ((0, 0.06), (1, 0.08))]  # one file per seed: rows are averaged across files
-    lines = doc.ranking_tables(files)
+    lines = compare_rankings_tables.tables(files)
     assert lines[0] == "## Same checkpoints, ranked several ways: scientific"
     table = [line for line in lines if line.startswith("| SID-GPT with an item head")]
     assert table == [
@@ -110,19 +151,18 @@ def test_rankings_of_the_same_checkpoints_are_averaged_per_stage_and_ranking():
         "| SID-GPT with an item head re-ranking its beam, SFT | the beam, re-ranked by code + item-head "
         "log-probability (beam 50, top-k 50) | 0.0700 ± 0.0000 | 0.1400 ± 0.0000 | 0.0700 ± 0.0000 | "
         "0.2100 ± 0.0000 | -9.0000 ± 0.0000 | 0, 1 | 10 |"]
-    assert doc._ranking_label({"rank": "hybrid", "beam": 50, "top_k": 50, "code_weight": 0}) == (
+    assert compare_rankings_tables._ranking_label({"rank": "hybrid", "beam": 50, "top_k": 50, "code_weight": 0}) == (
         "the beam, ordered by the item head alone (beam 50, top-k 50)")
-    assert doc._ranking_label({"rank": "hybrid", "code_weight": 0.5}) == (
+    assert compare_rankings_tables._ranking_label({"rank": "hybrid", "code_weight": 0.5}) == (
         "the beam, re-ranked by code + item-head log-probability (code weight 0.5)")
-    assert doc._ranking_label({"rank": "guided", "code_weight": 0}) == (
+    assert compare_rankings_tables._ranking_label({"rank": "guided", "code_weight": 0}) == (
         "the beam steered and ordered by the item head alone (each prefix by the head's mass under it)")
-    assert doc._ranking_label({"rank": "guided", "beam": 50, "top_k": 50}) == (
+    assert compare_rankings_tables._ranking_label({"rank": "guided", "beam": 50, "top_k": 50}) == (
         "the beam steered by the item head (each prefix by code log-probability + the head's mass under it) "
         "(beam 50, top-k 50)")
 
 
 def test_the_skipped_negatives_reading_takes_its_figures_from_the_files():
-    doc = load_script("scripts/docs/make_results_doc.py")
     tags = "_items_tied_hdistill_guided05"
 
     def run(stage: str, seed: int, ndcg: float, accuracy: float = 0.5, rejected: float = -1.0) -> dict:
@@ -137,13 +177,13 @@ def test_the_skipped_negatives_reading_takes_its_figures_from_the_files():
     heldout = {"kind": "negatives_heldout", "runs": [
         {"run": f"/r/sdpo_seq_rank_beam_skip10{tags}-{s}", "dataset": {"dataset": "beauty"},
          "examples_rejecting_either": share} for s, share in ((0, 0.05), (1, 0.06))]}
-    text, _ = doc.skipped_negatives_reading(runs, [heldout], "beauty")
+    text, _ = post_training.skipped_negatives_reading(runs, [heldout], "beauty")
     # +2.0% and -1.0% against the control of the same seed; accuracy (0.7 + 0.5) / 2, top 8 (0.8 + 0.6) / 2
     assert "ranks 11-18" in text and "(per seed +2.0%, -1.0%; mean +0.5%, below the +5% goal)" in text
     assert "reward accuracy is 0.60 (top 8: 0.70)" in text and "log-ratio -1.00 nats (-2.50)" in text
     assert "5.0%-6.0% of its examples" in text and "(not measured with the top 8" in text
     assert "recovers what the top ones cost" in text
-    assert doc.skipped_negatives_reading(runs[:4], [heldout], "beauty") == []  # no skip arm: no paragraph
+    assert post_training.skipped_negatives_reading(runs[:4], [heldout], "beauty") == []  # no skip arm: no paragraph
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
@@ -158,7 +198,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 
 def test_gpu_test_outcomes_are_read_from_pytests_junit_file_and_shown_per_test(tmp_path):
-    record, doc = load_script("scripts/gpu/record_gpu_tests.py"), load_script("scripts/docs/make_results_doc.py")
+    record = load_script("scripts/gpu/record_gpu_tests.py")
     (tmp_path / "tests.xml").write_text(JUNIT)
     tests = record.read_junit(tmp_path / "tests.xml")
     assert [(t["test"], t["outcome"], t["seconds"], t["message"]) for t in tests] == [
@@ -169,7 +209,7 @@ def test_gpu_test_outcomes_are_read_from_pytests_junit_file_and_shown_per_test(t
     results = {"name": "gpu_tests", "kind": "gpu_tests", "commit": "0123456789abcdef (named by GENREC_COMMIT)",
                "environment": {"cuda": "NVIDIA H200"}, "summary": {"passed": 1, "failed": 1, "error": 1, "skipped": 1},
                "versions": {"torch": "2.11.0+cu130", "cuda": "13.0", "triton": "3.6.0"}, "tests": tests}
-    lines = doc.gpu_tests_table([results])
+    lines = record_gpu_tests_tables.tables([results])
     assert "one NVIDIA H200: torch 2.11.0+cu130 (CUDA 13.0), triton 3.6.0, commit `0123456789ab`." in lines[2]
     assert "1 passed, 1 failed, 1 error, 1 skipped." in lines[2]
     assert lines[6:] == ["| `test_a` | passed | 1.2 |", "| `test_b[cuda]` | failed: assert 1 == 2 | 2.0 |",
@@ -193,7 +233,6 @@ def _split_metrics(ndcg: float) -> dict:
 def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads_its_own_figures():
     """One row per named ranking with its carrier, the dense rows and the baselines; the reading's percentages come
     from the same figures (head 0.06 against the distilled SASRec's 0.05: +20.0%)."""
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def row(seed, mode, carried, ndcg):
         return {"run": f"runs/gen-{seed}", "results_name": f"beauty_gr_generator_seed{seed}", "seed": seed,
@@ -213,7 +252,7 @@ def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads
                               sid_table={"codebook_sizes": [256, 256, 256, 16]}) for s in (0, 1)]
     files += [trained(f"beauty_gr_sasrec_distill_seed{s}", s, 0.05, parameters={"total": 2348800}) for s in (0, 1)]
     files += [trained("beauty_sasrec_seed0", 0, 0.054), trained("beauty_gr_teacher_seed0", 0, 0.055)]
-    lines = doc.generative_retrieval_tables(files)
+    lines = compare_rankings_tables.generative_retrieval_tables(files)
     assert lines[0] == "## Generative retrieval, what carries the ranking: beauty"
     rows = [line for line in lines if line.startswith("|") and "---" not in line][1:]
     assert [r.split(" | ")[2] for r in rows] == ["**codes**", "**head**", "item table", "item table", "item table",
@@ -225,7 +264,6 @@ def test_the_generative_retrieval_table_says_what_carries_each_ranking_and_reads
 
 
 def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def part(all_ndcg, cold_recall):
         return {"all": {"recall@10": 0.1, "ndcg@10": all_ndcg}, "warm": {"ndcg@10": all_ndcg},
@@ -243,7 +281,7 @@ def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
          "protocol": {"split_details": details},
          "runs": [{"seed": s, "sid_table": {"encoder": "text", "content_hash": "x"}, "metrics": {"test": test}}
                   for s in (0, 1)], "baselines": {"test": baselines}}
-    lines = doc.cold_start_tables([f])
+    lines = cold_start_tables.tables([f])
     assert "605 of 12,101 items held out" in lines[2] and "1,000 of 22,363 test targets" in lines[2]
     goals = [line for line in lines if line.startswith("- ")]
     assert goals[0].endswith("0.0600 against 0.0500, 1.20x: goal (1.5x) **not met**.")
@@ -255,7 +293,6 @@ def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
 def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():
     """A GPU run of the same model ranking the same way replaces the CPU run when its validation is better; a GPU
     run of the same model ranking another way (the item head) does not."""
-    doc = load_script("scripts/docs/make_results_doc.py")
 
     def run(name, model, valid, rank, cuda=None):
         return {"name": name, "model": model, "dataset": {"dataset": "beauty"}, "sid_table": {},
@@ -265,5 +302,5 @@ def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():
     cpu = [run("beauty_tiger_seed0", "tiger", 0.007, "codes"), run("beauty_sid_gpt_seed0", "sid_gpt", 0.03, "codes")]
     gpu = [run("beauty_tiger_gpu_seed0", "tiger", 0.037, "codes", "H200"),
            run("beauty_sid_gpt_gpu_seed0", "sid_gpt", 0.07, "guided", "H200")]
-    best = doc._best_generative_runs(cpu, cpu + gpu)
+    best = training._best_generative_runs(cpu, cpu + gpu)
     assert sorted(r["name"] for r in best) == ["beauty_sid_gpt_seed0", "beauty_tiger_gpu_seed0"]

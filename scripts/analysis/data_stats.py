@@ -1,4 +1,5 @@
-"""Describe datasets the way training sees them; writes results/data_stats.json (rendered in docs/results.md).
+"""Describe datasets the way training sees them; writes results/data_stats.json (rendered in docs/results.md by
+data_stats_tables.py).
 
     python -m scripts.analysis.data_stats             # synthetic, ml100k, beauty, scientific (those present)
     python -m scripts.analysis.data_stats synthetic ml100k --out results/data_stats.json

@@ -15,6 +15,8 @@ import csv
 import json
 from pathlib import Path
 
+from scripts.docs.tables.post_training import _post_prefix, _stage, _stage_label
+
 #: validation metrics kept per epoch
 METRICS = ("ndcg@10", "recall@10")
 
@@ -40,6 +42,42 @@ def curve(run_dir: Path) -> dict:
             "best_epoch": summary["best_epoch"],
             "init_from": None if started is None else {"checkpoint": started["checkpoint"], "epoch": started["epoch"]},
             "test": {m: summary["metrics"]["test"][m] for m in METRICS}, "curve": points}
+
+
+def tables(files: list[dict]) -> list[str]:
+    """Validation NDCG@10 after every epoch of the runs in a curves file (scripts/analysis/record_curves.py), epochs
+    counted from the start of training: a stage started with ``init_from`` continues its source's count."""
+    out = []
+    for r in (f for f in files if f.get("kind") == "validation_curves"):
+        def start(run: dict) -> int:  # epochs trained before the run's first epoch
+            return 0 if run["init_from"] is None else run["init_from"]["epoch"] + 1
+
+        def label(run: dict) -> str:
+            named = {"name": run["results_name"] or ""}
+            return _stage_label(_stage(named)) if _post_prefix(named) else (run["results_name"] or run["run"])
+
+        generative = [run for run in r["runs"] if run["model"] != "sasrec"]
+        width = max(start(run) + run["epochs_run"] for run in generative)
+        out += [f"## Learning curves (`results/{r['name']}.json`)", "",
+                "`python -m scripts.analysis.record_curves`: validation NDCG@10 after each epoch, read from each run's "
+                "own log; epochs counted from the start of training (a stage started from a checkpoint continues its "
+                "count" + (f"; the retrieval model's row is cut at {width} epochs, its best is in the last columns"
+                           if len(generative) < len(r["runs"]) else "") + ").", "",
+                "| run | lr, schedule | " + " | ".join(str(e) for e in range(1, width + 1)) +
+                " | best validation (epoch) | test ndcg@10 |", "|---|---|" + "---|" * (width + 2)]
+        for run in r["runs"]:
+            cells = [""] * width
+            for point in run["curve"]:
+                epoch = start(run) + point["epoch"]
+                if epoch < width:
+                    cells[epoch] = f"{point['ndcg@10']:.4f}"
+            best = next(p for p in run["curve"] if p["epoch"] == run["best_epoch"])  # runs may skip validations
+            out.append(f"| {label(run)} | {run['lr']:g}, {run['schedule']} | " + " | ".join(cells) +
+                       f" | {best['ndcg@10']:.4f} ({start(run) + run['best_epoch'] + 1}) | "
+                       f"{run['test']['ndcg@10']:.4f} |")
+        out += ["", f"Commit `{r['commit'][:12]}` (of the script; each run's own commit is in its results file).",
+                ""]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

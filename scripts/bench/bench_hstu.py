@@ -327,6 +327,72 @@ def peer_main(args: argparse.Namespace) -> None:
     print(f"wrote {args.peer_out}")
 
 
+def tables(files: list[dict]) -> list[str]:
+    """The sections of docs/results/speed.md from this script's files: jagged vs padded, then genrec vs the peer."""
+    return _jagged_tables(files) + _peer_tables(files)
+
+
+def _jagged_tables(files: list[dict]) -> list[str]:
+    """The jagged vs padded HSTU benchmark (scripts/bench/bench_hstu.py)."""
+    out = []
+    for r in files:
+        if r.get("benchmark") != "hstu_attention":
+            continue
+        out += [f"## Benchmark: HSTU training step, jagged vs padded attention (`results/{r['name']}.json`)", "",
+                f"`{r['model']}` preset with the `{r.get('loss', 'sampled')}` loss, batch {r['batch_size']} of real "
+                f"{r['dataset']} training sequences, "
+                f"{r['device']}, {r['steps']} timed steps per case (fastest step; the machine is shared), "
+                f"each case in its own process. Memory: {r['memory']}.", "",
+                "| max length | mean length | mean longest in batch | padded seq/s | jagged seq/s | speed-up | "
+                "padded / jagged CPU s per step | padded peak MiB | jagged peak MiB | memory ratio |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            pad, jag = row["padded"], row["jagged"]
+            out.append(f"| {row['max_len']} | {pad['mean_length']:.1f} | {pad['mean_batch_longest']:.0f} | "
+                       f"{pad['sequences_per_second']:.1f} | {jag['sequences_per_second']:.1f} | "
+                       f"{row['speedup']:.2f}x | {min(pad['cpu_seconds']):.2f} / {min(jag['cpu_seconds']):.2f} | "
+                       f"{pad['peak_memory_mib']:.0f} | {jag['peak_memory_mib']:.0f} | {row['memory_ratio']:.2f}x |")
+        cases = [c for row in r["rows"] for c in (row["padded"], row["jagged"])]
+        contention = statistics.mean(min(c["step_seconds"]) / min(c["cpu_seconds"]) for c in cases)
+        out += ["", f"Commit `{r['commit'][:12]}`, torch {r['environment']['torch']}, "
+                    f"{r['rows'][0]['padded']['threads']} thread(s) per case. The machine was shared while this ran: "
+                    f"a step's wall time was on average {contention:.1f}x its CPU time, so the sequences/s are far "
+                    "below what the same machine gives when idle; the ratios, measured side by side, are the result "
+                    "(the CPU-time column gives the same picture without the wait).", ""]
+    return out
+
+
+def _peer_tables(files: list[dict]) -> list[str]:
+    """genrec's HSTU step vs Meta's reference on the same batches (scripts/bench/bench_hstu.py --peer)."""
+    out = []
+    for r in files:
+        if r.get("benchmark") != "hstu_peer":
+            continue
+        out += [f"## Benchmark: HSTU training step, genrec vs Meta's reference HSTU (`results/{r['name']}.json`)", "",
+                f"{r['dataset']}: batch {r['batch_size']}, max length {r['max_len']}, {r['num_items']} items, seed "
+                f"{r['seed']}; a step is feature preparation, loss over every position with 128 uniform negatives "
+                f"(cosine, temperature 0.05), backward and AdamW. Peer: `{r['harness']}` at `{r['peer_rev'][:12]}`, "
+                f"genrec: `experiment=<experiment>`. {r['threads']} threads each (OMP_WAIT_POLICY "
+                f"{r.get('omp_wait_policy', 'unset: libgomp spins')}), {r['steps']} timed steps after "
+                f"{r['warmup']} warm-up per run, the two alternating for {r['rounds']} rounds; figures are medians "
+                f"over rounds of each run's median step. Memory: {r['memory']}. Goal (issue 17): >= 2x the peer's "
+                "seq/s and <= 0.5x its peak memory.", "",
+                "| preset | experiment | peer s/step | genrec s/step | peer seq/s | genrec seq/s | speed-up | "
+                "peer peak MiB | genrec peak MiB | memory ratio | CPU s/step peer / genrec |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            g, p = row["genrec"], row["peer"]
+            out.append(f"| {row['config']} | `{row['experiment']}` | {p['step_s_median']:.3f} | "
+                       f"{g['step_s_median']:.3f} | {p['seqs_per_s_at_median']:.1f} | {g['seqs_per_s_at_median']:.1f} "
+                       f"| {row['speedup_seqs_per_s']:.2f}x | {p['peak_rss_mib']:.0f} | {g['peak_rss_mib']:.0f} | "
+                       f"{row['memory_ratio']:.2f}x | {p['cpu_user_s_per_step'] + p['cpu_sys_s_per_step']:.2f} / "
+                       f"{g['cpu_user_s_per_step'] + g['cpu_sys_s_per_step']:.2f} |")
+        met = [row["speedup_seqs_per_s"] >= 2 and row["memory_ratio"] <= 0.5 for row in r["rows"]]
+        out += ["", f"Commit `{r['commit'][:12]}`, torch {r['environment']['torch']}. {r.get('machine', '')} "
+                    f"Goal met at {sum(met)} of {len(met)} presets.", ""]
+    return out
+
+
 def main() -> None:
     args = _parse()
     if args.genrec_case:

@@ -103,6 +103,52 @@ def train_and_test(experiment: str, precision: str, epochs: int, threads: int, f
             "baselines": {name: result["baselines"][name]["test"] for name in BASELINES}}
 
 
+def tables(files: list[dict]) -> list[str]:
+    """bf16-mixed vs fp32 training on CPU (scripts/bench/bench_precision.py): s/step and test metrics with baselines."""
+    out = []
+    for r in files:
+        if r.get("benchmark") != "bf16-mixed vs fp32 training on CPU":
+            continue
+        c = r["config"]
+        flags = ", ".join(f"{flag} {'yes' if on else 'no'}" for flag, on in r["cpu_flags"].items())
+        out += [f"## Benchmark: bf16-mixed vs fp32 training on CPU (`results/{r['name']}.json`)", "",
+                f"{r['dataset']}, seed {r['seed']}, `trainer.precision=32-true` vs `bf16-mixed` (bf16 autocast of the "
+                "encoder; TorchRec tables, norms, loss, weights, optimizer state and evaluation scores stay fp32). "
+                f"Speed: whole training steps (batch {c['batch_size']}) of both precisions alternating in one process, "
+                f"{c['timed_steps']} steps per round, {c['rounds']} rounds, median of round medians, {c['threads']} "
+                f"thread(s). Quality: one `genrec.train` run per precision, {c['epochs']} epochs at most (equal "
+                "budgets; the presets' own is 100 with early stopping), baselines evaluated in the same runs. "
+                f"CPU flags: {flags}. {r['note'][0].upper() + r['note'][1:]}. Commit `{r['commit'][:12]}`.", "",
+                "| model | fp32 s/step | bf16 s/step | bf16 speed-up (fp32 s / bf16 s) |", "|---|---|---|---|"]
+        for row in r["rows"]:
+            t = row["s_per_step"]
+            out.append(f"| {row['model']} (`{row['experiment']}`) | {t['32-true']:.3f} | {t['bf16-mixed']:.3f} | "
+                       f"{row['bf16_speedup']:.2f}x |")
+        out += ["", "A run's wall time includes evaluation and waiting on the shared CPU: it is not a speed figure.",
+                "",
+                "| model | precision | epochs run (best) | test recall@10 | test ndcg@10 | run wall s |",
+                "|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            for precision, run in row["runs"].items():
+                out.append(f"| {row['model']} | {precision} | {run['epochs_run']} ({run['best_epoch']}) | "
+                           f"{run['test']['recall@10']:.4f} | {run['test']['ndcg@10']:.4f} | {run['wall_s']:.0f} |")
+            for name, b in row["runs"]["32-true"]["baselines"].items():
+                out.append(f"| {name} (baseline) | – | – | {b['recall@10']:.4f} | {b['ndcg@10']:.4f} | – |")
+        verdicts = []
+        for row in r["rows"]:
+            speed = row["bf16_speedup"]
+            pace = ("no measurable difference" if abs(speed - 1) < 0.03 else "faster" if speed > 1 else "slower")
+            verdicts.append(f"{row['model']}: bf16 vs fp32 on this CPU: {pace} ({speed:.2f}x the fp32 step rate)")
+            best_name, best = max(row["runs"]["32-true"]["baselines"].items(), key=lambda kv: kv[1]["ndcg@10"])
+            for precision, run in row["runs"].items():
+                beats = run["test"]["ndcg@10"] > best["ndcg@10"]
+                verdicts.append(f"{row['model']} {precision} {'beats' if beats else 'does not beat'} the best "
+                                f"baseline, {best_name} (NDCG@10 {run['test']['ndcg@10']:.4f} vs "
+                                f"{best['ndcg@10']:.4f})")
+        out += ["", "; ".join(verdicts) + ".", ""]
+    return out
+
+
 def main() -> None:
     args = _parse()
     data_dir = Path(os.environ.get("GENREC_DATA_DIR", ROOT / ".." / "shared" / "data")) / "ml-100k"

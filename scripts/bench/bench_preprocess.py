@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from scripts.docs.tables.common import prose
+
 ROOT = Path(__file__).resolve().parents[2]
 
 ENGINES = ("pandas", "polars", "polars_lazy", "duckdb")
@@ -240,6 +242,53 @@ def _table(rows: list[dict]) -> str:
         lines.append(f"{label:>8} {row['engine']:<12} {row['wall_s']:8.1f} {row['peak_rss_gib']:9.2f} "
                      f"{row['cpu_s']:7.1f} {ratio:>10}  {row['digest']}")
     return "\n".join(lines)
+
+
+def tables(files: list[dict]) -> list[str]:
+    """The out-of-core preprocessing benchmark (scripts/bench/bench_preprocess.py): engines side by side per log
+    size."""
+    out = []
+    for r in files:
+        if r.get("name") != "bench_preprocess" or "cases" not in r:
+            continue
+        cfg, machine = r["config"], r["machine"]
+        out += ["## Out-of-core preprocessing: event log -> sequences + splits", "",
+                f"`results/{r['name']}.json` (`scripts/bench/bench_preprocess.py`, commit `{r['commit'][:12]}`): "
+                f"synthetic Parquet logs (`{r['dataset']['generator']}`, seed {r['dataset']['seed']}, int64 IDs, "
+                f"{r['dataset']['users']} users and items, long-tailed), {cfg['preprocess']['min_user_interactions']}"
+                f"-core, then {cfg['splits']}. Each case is its own process; wall and CPU seconds of the pipeline "
+                f"(after the imports), peak resident memory of the process; median of {cfg['repeats']} runs "
+                f"({cfg['large_repeats']} past {cfg['repeat_max'] / 1e6:g}M events), engines alternating. The "
+                f"{machine['cores']}-core machine was shared with other jobs (1-minute load average "
+                f"{machine['load_avg_1min_start']} at the start, {machine['load_avg_1min_end']} at the end): wall "
+                "time includes waiting for a core, CPU seconds are the work. Every engine's output has the same "
+                "digest at each size.", "",
+                "| events | engine | wall s | CPU s | peak GiB | pandas / engine wall | users | items | interactions |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for row in r["cases"]:
+            size = f"{row['events'] / 1e6:g}M"
+            if "wall_s" not in row:
+                out.append(f"| {size} | {row['engine']} | {row.get('stopped') or row.get('not_run')} |" + " |" * 6)
+                continue
+            base = next((x for x in r["cases"] if x["events"] == row["events"] and x["engine"] == "pandas"
+                         and "wall_s" in x), None)
+            ratio = f"{base['wall_s'] / row['wall_s']:.2f}x" if base else "–"
+            summary = row["summary"]
+            out.append(f"| {size} | {row['engine']} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
+                       f"{row['peak_rss_gib']:.2f} | {ratio} | {summary['users']:,} | {summary['items']:,} | "
+                       f"{summary['interactions']:,} |")
+        goal = r.get("goal")
+        if goal:
+            measured = next((x for x in r["cases"] if x["events"] == goal["events"] and x["engine"] == "polars"
+                             and "cpu_s" in x), None)
+            work = (f"; the pipeline's own work was {measured['cpu_s']:.0f} CPU seconds, the wall time beyond it "
+                    f"includes waiting for a core on the shared machine and reading the file" if measured else "")
+            out += ["", f"Goal: {goal['events'] / 1e6:g}M events in under {goal['wall_s']:.0f} s with under "
+                        f"{goal['peak_gib']:g} GiB: **{'met' if goal['met'] else 'not met'}** "
+                        f"({goal['measured_wall_s']:.0f} s wall, {goal['measured_peak_gib']:.2f} GiB{work})."]
+        out += ["", prose("preprocess", "engines"),
+                ""]
+    return out
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The GPU correctness tests' outcome as a results file: pytest's JUnit XML (written by scripts/gpu/gpu_recipe_check.sh
 on a lent GPU) -> ``results/gpu_tests.json`` with each test's outcome, seconds and message, the GPU, the versions and
-the commit. docs/results.md shows it in the GPU recipe section.
+the commit. docs/results/generative.md shows it in the GPU recipe section (record_gpu_tests_tables.py).
 
 Usage::
 

@@ -1,0 +1,117 @@
+"""Generator runs of the generative recipes (genrec-train over semantic IDs): the SID-source comparison
+(scripts/recipes/reproduce_beauty_sid_sources.sh) and the tries for codes that rank on their own
+(scripts/recipes/reproduce_generative_retrieval.sh PART=codes).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from scripts.docs.tables.common import (COLUMNS, _budget, _cell, _change, _commits, _label, _mean_of, _row, _split,
+                                        below_baselines, in_own_section, prose)
+from scripts.docs.tables.post_training import _post_prefix
+
+
+#: results of scripts/recipes/reproduce_beauty_sid_sources.sh (<dataset>_sidsrc_<source>_seed<S>): their own table
+SID_SOURCE_TAG = "_sidsrc_"
+
+
+def _sid_source_label(tokenize: dict) -> str:
+    """A SID table's item embedding, and its code layout where it is not the default RQ-VAE + collision level."""
+    layout = f"{tokenize['tokenizer']['name']}, {tokenize['collisions']}"
+    return tokenize["encoder"]["name"] + ("" if layout == "rqvae, extra_level" else f" ({layout})")
+
+
+def sid_source_tables(files: list[dict]) -> list[str]:
+    """The generator at one budget over SID tables made from different item embeddings (text, collaborative,
+    fused; scripts/recipes/reproduce_beauty_sid_sources.sh), per dataset, beside the baselines and SASRec of the
+    protocol (not issue 45's, :func:`in_own_section`)."""
+    files = [r for r in files if not in_own_section(r)]
+    by_dataset = defaultdict(list)
+    for r in files:
+        if SID_SOURCE_TAG in r.get("name", "") and "test" in r.get("metrics", {}):
+            by_dataset[r["dataset"]["dataset"]].append(r)
+    out = []
+    for dataset, runs in sorted(by_dataset.items()):
+        by_source = defaultdict(list)
+        for r in sorted(runs, key=lambda r: r["seed"]):
+            by_source[_sid_source_label(r["sid_table"]["tokenizer"])].append(r)
+        first = runs[0]
+        epochs = sorted({r["config"]["trainer"]["max_epochs"] for r in runs})
+        out += [f"## Semantic-ID source for generative retrieval: {dataset}", "",
+                f"`scripts/recipes/reproduce_beauty_sid_sources.sh`: the {first['model']} generator (its preset) "
+                "trained with "
+                f"the same budget (at most {', '.join(map(str, epochs))} epochs; best validation checkpoint) on "
+                "semantic-ID tables that differ in the item embedding RQ-VAE quantises (3 x 256 codes + a "
+                "collision level, seed 0): item text (MiniLM), the item table of a SASRec trained on the same "
+                "split (collaborative), or both side by side (fused); a layout in brackets replaces RQ-VAE (its "
+                "quantiser, collision handling and the codebook sizes in the row). Beam 20 constrained by the "
+                "prefix trie. "
+                "Leave-one-out, full-corpus ranking, history removed; test split.", "",
+                "| SID source (codebooks) | " + " | ".join(COLUMNS) + " | seeds | epochs (best), train time | invalid "
+                "| source |", "|---|" + "---|" * (len(COLUMNS) + 4)]
+        for source, group in sorted(by_source.items()):
+            sizes = "x".join(str(k) for k in group[0]["sid_table"]["codebook_sizes"])
+            names = ", ".join(f"`results/{r['name']}.json`" for r in group)
+            tests = [r["metrics"]["test"] for r in group]
+            invalid = _cell([m["invalid_rate"] for m in tests if "invalid_rate" in m])
+            out.append(_row(f"**{source}** ({sizes})", [r["metrics"]["test"] for r in group],
+                            ", ".join(str(r["seed"]) for r in group), invalid, _budget(group)) + f" {names} |")
+        sasrec = [r for r in files if r.get("model") == "sasrec" and "test" in r.get("metrics", {})
+                  and r["dataset"]["dataset"] == dataset and _label(r) == "sasrec"
+                  and _split(r)["kind"] == "leave_one_out" and not _post_prefix(r)]
+        if sasrec:
+            out.append(_row("SASRec (table above)", [r["metrics"]["test"] for r in sasrec],
+                            ", ".join(str(r["seed"]) for r in sasrec), "–", _budget(sasrec))
+                       + " " + ", ".join(f"`results/{r['name']}.json`" for r in sasrec) + " |")
+        for name, metrics in first["baselines"].items():
+            out.append(_row(f"{name} (baseline)", [metrics["test"]], "–", "–")
+                       + f" `results/{first['name']}.json` |")
+        out += ["", f"Commits: {_commits(runs)}.", ""]
+        out += below_baselines({f"{s} SIDs": g for s, g in by_source.items()})
+        out.append(prose("sid_sources", dataset))
+    return out
+
+
+#: issue 45's goal for codes alone (ActionPiece's published Beauty NDCG@10) and its stretch (transitions_last3_skip)
+CODES_GOAL, CODES_STRETCH = 0.0424, 0.0500
+
+
+CODES_TRIES = {"control": "the ranking table's generator recipe, chosen by its codes",
+               "first1024": "SIDs with a first codebook of 1,024 codes (RQ-VAE 1024 x 256 x 256 + collisions)",
+               "level_swap": "the same RQ-VAE codes with the first two levels swapped (`level_order=[1,0,2]`)",
+               "gpu_recipe": "the GPU recipe on the CPU: batches of 1,024, lr 2e-3, 200 warm-up steps, cosine, 40 "
+                             "epochs validated every 4"}
+
+
+def codes_tries_tables(files: list[dict]) -> list[str]:
+    """Issue 45's changes for codes that rank on their own (``PART=codes``): each try's codes-only validation (the
+    choice) and test figures against the control, and the goal's gap."""
+    runs = sorted((f for f in files if f["name"].startswith("beauty_codes_") and "metrics" in f),
+                  key=lambda f: (list(CODES_TRIES).index(f["name"][13:f["name"].rindex("_seed")])
+                                 if f["name"][13:f["name"].rindex("_seed")] in CODES_TRIES else 99, f["seed"]))
+    if not runs:
+        return []
+    out = ["## Codes that rank on their own: beauty", "",
+           prose("codes_tries", "intro"), "",
+           "| try | change | SID codebooks | valid ndcg@10 (the choice) | test recall@10 | test ndcg@10 | seeds | "
+           "epochs (best), train time | source |", "|" + "---|" * 9]
+    by_try = defaultdict(list)
+    for r in runs:
+        by_try[r["name"][13:r["name"].rindex("_seed")]].append(r)
+    for name, tries in by_try.items():
+        sizes = " x ".join(str(k) for k in tries[0]["sid_table"]["codebook_sizes"])
+        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes} | "
+                   f"{_cell([r['metrics']['valid']['ndcg@10'] for r in tries])} | "
+                   f"{_cell([r['metrics']['test']['recall@10'] for r in tries])} | "
+                   f"{_cell([r['metrics']['test']['ndcg@10'] for r in tries])} | "
+                   f"{', '.join(str(r['seed']) for r in tries)} | {_budget(tries)} | "
+                   + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
+    best = max(by_try, key=lambda n: _mean_of(by_try[n], "valid", "ndcg@10"))
+    test = _mean_of(by_try[best], "test", "ndcg@10")
+    control = by_try.get("control")
+    out += ["", f"Commits: {_commits(runs)}.", "",
+            f"Validation picks `{best}` (test NDCG@10 {test:.4f}" + (
+                f", {_change(test, _mean_of(control, 'test', 'ndcg@10'))} against the control" if control else "")
+            + f"). Goal {CODES_GOAL} (ActionPiece): **{'met' if test >= CODES_GOAL else 'not met'}**, gap "
+            f"{_change(test, CODES_GOAL)}; stretch {CODES_STRETCH}: gap {_change(test, CODES_STRETCH)}.", ""]
+    return out
