@@ -48,9 +48,9 @@ def test_every_template_names_renderers_that_exist_and_pages_the_summary_links()
             if match:
                 module, _, function = match[1].rpartition(".")
                 assert callable(getattr(importlib.import_module(module), function)), line
+    pages = set(templates) - {"results", "archive"}  # the summary, and results/archive/README.md
     linked = {m[2] for line in templates["results"][0] for m in make_results_doc.INDEX.finditer(line)}
-    assert linked == set(templates) - {"results"}
-    assert all(page[0].startswith("# Results: ") for stem, (page, _) in templates.items() if stem != "results")
+    assert linked == pages and all(templates[stem][0][0].startswith("# Results: ") for stem in pages)
 
 def test_sid_tables_are_labelled_by_source_and_by_any_layout_but_the_default():
     default = {"encoder": {"name": "text"}, "tokenizer": {"name": "rqvae"}, "collisions": "extra_level"}
@@ -82,13 +82,38 @@ def test_a_stage_is_compared_with_the_control_of_its_seed_and_learning_rate():
     assert len(converged) == 1 and "(+0.0%)" in converged[0] and "early stopping" in converged[0]
 
 
+
+def test_an_archived_arm_leaves_its_section_for_the_superseded_table_with_its_matched_control():
+    def run(stage: str, seed: int, ndcg: float, archived: bool = False) -> dict:
+        split = {"recall@5": ndcg, "ndcg@5": ndcg, "recall@10": ndcg, "ndcg@10": ndcg, "target_log_prob": -9.0}
+        dataset = {"dataset": "beauty", "users": 10, "items": 5, "interactions": 50}
+        return {"name": f"beauty_post_{stage}_seed{seed}", "seed": seed, "commit": "abc", "archived": archived,
+                "config": {"optim": {"lr": 5e-4}, "data": {"reader": {}}}, "dataset": dataset,
+                "init_from": {"checkpoint": f"/x/runs/sft-{seed}/checkpoints/best.ckpt"},
+                "align": {"disable_dropout": stage != "sft_more"}, "metrics": {"test": split},
+                "baselines": {"most_popular": {"test": split}}}
+
+    files = [run(s, seed, ndcg) for s, ndcg in (("sft_more", 0.030), ("sft_more_nodrop", 0.040)) for seed in (0, 1)]
+    files += [run("sdpo", 0, 0.020, True), run("sdpo", 1, 0.036, True)]
+    lines = post_training.tables(files)
+    table = lines[lines.index("## Superseded post-training arms (raw files in results/archive/)"):]
+    assert not [line for line in lines[:len(lines) - len(table)] if "SFT + S-DPO" in line]
+    (row,) = [line for line in table if line.startswith("| SFT + S-DPO (`sdpo`)")]
+    # matched: sft_more_nodrop (no dropout, as the arm); the other control trains with dropout
+    assert "| `sft_more_nodrop` | 0.0400 ± 0.0000 | -50.0%, -10.0%: **-30.0%** | -33.3%, +20.0%: **-6.7%** |" in row
+    assert "`results/archive/beauty_post_sdpo_seed0.json`" in row
+    assert post_training.archived_arms(files)[0].endswith(
+        "Test NDCG@10 0.0280 against 0.0400 for its matched control `sft_more_nodrop` (-30.0%): lost to its control.")
+
+
 def test_stage_names_split_into_a_stage_and_its_variant_tags():
     assert post_training._split_tags("sdpo_seq_conv_lr5e-5") == ("sdpo_seq", ["_conv", "_lr5e-5"])
     assert post_training._split_tags("sft_conv") == ("sft_conv", [])  # a stage of its own
     assert post_training._split_tags("sft_distill") == ("sft_distill", [])
     assert post_training._split_tags("sdpo_seq_distill") == ("sdpo_seq", ["_distill"])
     assert post_training._split_tags("unknown_lr5e-5") == ("unknown_lr5e-5", [])
-    assert post_training._stage_label("sft_more_nodrop_lr5e-5") == (post_training.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
+    assert post_training._stage_label("sft_more_nodrop_lr5e-5") == (
+        post_training.POST_STAGES["sft_more_nodrop"] + ", lr 5e-5")
 
 
 def test_post_training_results_are_told_apart_by_the_dataset_prefix():

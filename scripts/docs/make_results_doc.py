@@ -1,8 +1,10 @@
-"""Generate docs/results.md (the summary) and docs/results/<page>.md from results/*.json; every figure in them comes
-from one of those files.
+"""Generate docs/results.md (the summary) and docs/results/<page>.md from results/*.json, and results/archive/README.md
+from the superseded research arms' files in results/archive/ (loaded with ``archived: True``); every figure in them
+comes from one of those files.
 
-Each page is a Markdown template in scripts/docs/templates/ (``results.md``: the summary; any other file: the
-detail page of its name, titled by its first line, ``# Results: <title>``), filled here:
+Each page is a Markdown template in scripts/docs/templates/ (``results.md``: the summary; ``archive.md``:
+results/archive/README.md; any other file: the detail page of its name, titled by its first line,
+``# Results: <title>``), filled here:
 
 - a line ``{{ package.module.function }}`` by the lines that renderer returns for the results files (each kind's
   renderer lives beside the code that writes that kind: in ``scripts/bench/bench_X.py`` or a sibling
@@ -25,6 +27,7 @@ from genrec.utils.results import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS, DOC, TEMPLATES = ROOT / "results", ROOT / "docs" / "results.md", Path(__file__).parent / "templates"
+ARCHIVE = RESULTS / "archive"
 RENDERER, PROSE = re.compile(r"\{\{ ([\w.]+) \}\}"), re.compile(r"\{\{ prose:(\S+) \}\}")
 BLOCK, INDEX = re.compile(r"<!-- prose:(\S+) -->"), re.compile(r"\{\{ (title|sections):(\w+) \}\}")
 
@@ -72,6 +75,7 @@ def fill(page: list[str], files: list[dict], prose: dict[str, list[str]]) -> lis
 
 def main() -> None:
     files = [load_result(p) | {"name": p.stem} for p in sorted(RESULTS.glob("*.json"))]
+    files += [load_result(p) | {"name": p.stem, "archived": True} for p in sorted(ARCHIVE.glob("*.json"))]
     templates = {p.stem: read_template(p) for p in sorted(TEMPLATES.glob("*.md"))}
     prose = {}
     for stem, (_, blocks) in templates.items():
@@ -79,6 +83,7 @@ def main() -> None:
             raise SystemExit(f"prose blocks in more than one template: {sorted(prose.keys() & blocks.keys())}")
         prose |= blocks
     summary, _ = templates.pop("results")
+    archive, _ = templates.pop("archive")
     index = {"title": {}, "sections": {}}
     (DOC.parent / "results").mkdir(parents=True, exist_ok=True)
     for stem, (page, _) in templates.items():
@@ -88,7 +93,9 @@ def main() -> None:
         (DOC.parent / "results" / f"{stem}.md").write_text("\n".join(lines) + "\n")
     lines = [INDEX.sub(lambda m: index[m[1]][m[2]], line) for line in fill(summary, files, prose)]
     DOC.write_text("\n".join(lines) + "\n")
-    print(f"wrote {DOC} and {len(templates)} pages under {DOC.parent / 'results'} from {len(files)} result files")
+    (ARCHIVE / "README.md").write_text("\n".join(fill(archive, files, prose)) + "\n")
+    print(f"wrote {DOC}, {len(templates)} pages under {DOC.parent / 'results'} and {ARCHIVE / 'README.md'} from "
+          f"{len(files)} result files ({sum(1 for f in files if f.get('archived'))} of them archived)")
 
 
 if __name__ == "__main__":

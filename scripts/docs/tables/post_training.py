@@ -147,26 +147,40 @@ def _add_comparisons(out: list[str], by_stage: dict[str, list[dict]], comparison
             out += [intro, ""] + lines + [""]
 
 
-def _against_control(by_stage: dict[str, list[dict]], control_stage: str,
-                     stages=(*ALIGN_STAGES, "sft_more_nodrop", "distill")) -> list[str]:
-    """One line per stage of ``stages`` (POST_STAGES names): its test NDCG@10 against ``control_stage``'s run from
-    the same SFT run (its folder's name without the seed; none for runs from scratch), seed, learning rate and
-    epoch cap; the S-DPO goal is judged against the matched control only (the one that trains with or without
-    dropout as the stage does)."""
+def _paired(runs: list[dict], controls: list[dict]) -> list[tuple[dict, dict]]:
+    """Each of ``runs`` with the run of ``controls`` from the same SFT run (its folder's name without the seed; none
+    for runs from scratch), seed, learning rate and epoch cap, where there is one."""
     def start(run: dict) -> tuple:
         checkpoint = (run.get("init_from") or {}).get("checkpoint")
         sft = Path(checkpoint).parent.parent.name.rsplit("-", 1)[0] if checkpoint else None
         epochs = run["config"].get("trainer", {}).get("max_epochs")
         return sft, run["seed"], run["config"]["optim"]["lr"], epochs
 
-    control = {start(r): r for r in by_stage.get(control_stage, [])}
+    control = {start(r): r for r in controls}
+    return [(r, control[start(r)]) for r in runs if start(r) in control]
+
+
+def _changes(paired: list[tuple[dict, dict]]) -> list[float]:
+    """Test NDCG@10 of each run against its control's, as a relative change."""
+    return [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
+
+
+def _matched(paired: list[tuple[dict, dict]]) -> bool:
+    """Whether every pair trained with or without dropout alike (the control that judges an alignment stage)."""
+    return all(_dropout_off(r) == _dropout_off(c) for r, c in paired)
+
+
+def _against_control(by_stage: dict[str, list[dict]], control_stage: str,
+                     stages=(*ALIGN_STAGES, "sft_more_nodrop", "distill")) -> list[str]:
+    """One line per stage of ``stages`` (POST_STAGES names): its test NDCG@10 against ``control_stage``'s run of the
+    same start (:func:`_paired`); the S-DPO goal is judged against the matched control only (the one that trains with
+    or without dropout as the stage does)."""
     lines = []
     for stage in _stages_of(by_stage, stages):
-        paired = [(r, control[start(r)]) for r in by_stage[stage] if start(r) in control]
+        paired = _paired(by_stage[stage], by_stage.get(control_stage, []))
         if not paired or stage == control_stage:
             continue
-        changes = [r["metrics"]["test"]["ndcg@10"] / c["metrics"]["test"]["ndcg@10"] - 1 for r, c in paired]
-        matched = all(_dropout_off(r) == _dropout_off(c) for r, c in paired)
+        changes, matched = _changes(paired), _matched(paired)
         verdict = ""
         if stage.startswith("sdpo") and matched:
             verdict = (" — goal (+{:.0%}) {}".format(GOAL_SDPO, "met" if statistics.mean(changes) >= GOAL_SDPO
@@ -188,15 +202,89 @@ def _runs_by_stage(runs: list[dict]) -> dict[str, list[dict]]:
 
 def tables(files: list[dict]) -> list[str]:
     """Post-training stages of the SID generator against their control (scripts/recipes/reproduce_post_training.sh), one
-    section per dataset it ran on."""
+    section per dataset it ran on, without the arms moved to results/archive/ (``archived``: the readings computed
+    from the files still read them), then one table of those (:func:`superseded_table`)."""
     out = []
     for prefix in POST_PREFIXES:
         runs = [r for r in files if _post_prefix(r) == prefix and "metrics" in r]
-        if runs:
-            out += _post_training_table(runs, prefix)
+        shown = [r for r in runs if not r.get("archived")]
+        if shown:
+            out += _post_training_table(shown, prefix)
             out += skipped_negatives_reading(runs, files, POST_PREFIXES[prefix])
             out += negatives_heldout_tables.table(files, POST_PREFIXES[prefix])
+    return out + superseded_table(files)
+
+
+def _superseded(files: list[dict]) -> list[dict]:
+    """The post-training arms in results/archive/, in table order: ``{"dataset", "stage", "runs", "control",
+    "paired", "other", "other_paired"}``, ``control`` the matched control (continued SFT of the same start,
+    :func:`_paired`, trained with or without dropout as the arm is) and ``other`` the one whose dropout differs (None
+    where there is none)."""
+    out = []
+    for prefix, dataset in POST_PREFIXES.items():
+        runs = [r for r in files if _post_prefix(r) == prefix and "metrics" in r]
+        by_stage, archived = _runs_by_stage(runs), _runs_by_stage([r for r in runs if r.get("archived")])
+        controls = _stages_of(by_stage, ("sft_more", "sft_more_nodrop"))
+        for stage in sorted(archived, key=_stage_order):
+            pairs = {c: _paired(archived[stage], by_stage[c]) for c in controls}
+            matched = [c for c, paired in pairs.items() if paired and _matched(paired)]
+            other = [c for c, paired in pairs.items() if paired and not _matched(paired)]
+            out.append({"dataset": dataset, "stage": stage, "runs": archived[stage],
+                        "control": matched[0] if matched else None, "paired": pairs[matched[0]] if matched else [],
+                        "other": other[0] if other else None, "other_paired": pairs[other[0]] if other else []})
     return out
+
+
+def _change_cell(paired: list[tuple[dict, dict]]) -> str:
+    changes = _changes(paired)
+    return f"{', '.join(f'{c:+.1%}' for c in changes)}: **{statistics.mean(changes):+.1%}**" if changes else "–"
+
+
+def superseded_table(files: list[dict]) -> list[str]:
+    """One table of the post-training arms moved to results/archive/: each arm's test NDCG@10 against its matched
+    control and the other control, and what it did to the held-out target and its own preference examples."""
+    arms = _superseded(files)
+    if not arms:
+        return []
+    out = ["## Superseded post-training arms (raw files in results/archive/)", "", prose("post_training", "superseded"),
+           "", "| arm | dataset | seeds | test ndcg@10 | matched control | its test ndcg@10 | change per seed: mean | "
+           "against the other control (dropout differs) | test log p(target) | chosen / rejected log-ratio | source |",
+           "|" + "---|" * 11]
+    for arm in arms:
+        runs = arm["runs"]
+        stats = [r["align"]["tested_weights_on_training_examples"] for r in runs
+                 if (r.get("align") or {}).get("tested_weights_on_training_examples")]
+        ratios = (f"{statistics.mean(s['chosen_log_ratio'] for s in stats):+.4f} / "
+                  f"{statistics.mean(s['rejected_log_ratio'] for s in stats):+.4f}" if stats else "–")
+        tests = [r["metrics"]["test"] for r in runs]
+        target = _cell([m["target_log_prob"] for m in tests if "target_log_prob" in m])
+        control = f"`{arm['control']}`" if arm["control"] else "–"
+        out.append(f"| {_stage_label(arm['stage'])} (`{arm['stage']}`) | {arm['dataset']} | "
+                   f"{', '.join(str(r['seed']) for r in runs)} | "
+                   f"{_cell([m['ndcg@10'] for m in tests])} | {control} | "
+                   f"{_cell([c['metrics']['test']['ndcg@10'] for _, c in arm['paired']])} | "
+                   f"{_change_cell(arm['paired'])} | {_change_cell(arm['other_paired'])} | {target} | {ratios} | "
+                   + ", ".join(f"`results/archive/{r['name']}.json`" for r in runs) + " |")
+    return out + ["", f"Commits: {_commits([r for arm in arms for r in arm['runs']])}.", ""]
+
+
+def archived_arms(files: list[dict]) -> list[str]:
+    """One line per arm in results/archive/ (results/archive/README.md): its files and why it is there, from its
+    files and its matched control's."""
+    lines = []
+    for arm in _superseded(files):
+        line = (f"- `{arm['stage']}` ({arm['dataset']}, {_stage_label(arm['stage'])}), "
+                f"seed{'s' if len(arm['runs']) > 1 else ''} {', '.join(str(r['seed']) for r in arm['runs'])}: "
+                + ", ".join(f"`{r['name']}.json`" for r in arm["runs"]))
+        if not arm["paired"]:
+            lines.append(line + "; no matched control in results/.")
+            continue
+        score = statistics.mean(r["metrics"]["test"]["ndcg@10"] for r, _ in arm["paired"])
+        base = statistics.mean(c["metrics"]["test"]["ndcg@10"] for _, c in arm["paired"])
+        lines.append(f"{line}. Test NDCG@10 {score:.4f} against {base:.4f} for its matched control `{arm['control']}` "
+                     f"({statistics.mean(_changes(arm['paired'])):+.1%}): "
+                     + ("lost to its control." if score <= base else "above its control."))
+    return lines + [""]
 
 
 def skipped_negatives_reading(runs: list[dict], files: list[dict], dataset: str,
