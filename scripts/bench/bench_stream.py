@@ -8,10 +8,8 @@ results/bench_stream_memory.json.
   ``stream.step_targets`` targets on average; the stream's steps hold at most that many). Both with the stream's
   default config (``--override`` changes both). The stream runs are whole runs (checkpoints every
   ``--checkpoint-every`` records, the stores, the logs), prequential evaluation off (the training figure), and once
-  more on (files: with the ranking of every event, a measurement that costs about as much as the training). Files
-  and Redis run twice: with the default reader thread (the next micro-batch read while one trains,
-  ``stream.read_ahead``) and reading on the training thread (``stream.read_ahead=false``). The runs are alternated
-  ``--repeats`` times (the offline run seeded by the repeat); the medians are reported, records
+  more on (files: with the ranking of every event, a measurement that costs about as much as the training). The
+  four are alternated ``--repeats`` times (the offline run seeded by the repeat); the medians are reported, records
   per second of wall time and per second of the process's CPU time (all its threads; what a loaded machine
   disturbs least), and the online/offline ratios of both. Each run also counts the input positions its steps
   encoded per target: a stream step encodes each user's kept history again as the context of the user's new
@@ -73,9 +71,7 @@ from genrec.stream.replay import event_frame  # noqa: E402
 from genrec.utils.provenance import provenance, write_json  # noqa: E402
 
 #: the online runs, each against the offline one
-ONLINE_RUNS = ("files", "redis", "files_prequential", "files_one_thread", "redis_one_thread")
-#: the arms that read on the training thread (stream.read_ahead=false), against the default's reader thread
-ONE_THREAD = ["stream.read_ahead=false"]
+ONLINE_RUNS = ("files", "redis", "files_prequential")
 GOAL = "online records/s >= 0.8x offline on the same events, from files and from Redis (issue 44.6)"
 MACHINE_NOTE = ("2 CPU cores shared with other engineers' jobs (load varies): absolute figures are noisy, the "
                 "alternated medians and ratios less so")
@@ -353,18 +349,14 @@ def main() -> None:
             base = MODELS[model] + ["data.max_len=50", "stream.stop_when_idle=true",
                                    f"checkpoint.every_events={args.checkpoint_every}", "stream.log_every_events=5000",
                                    *args.override]
-            runs: dict[str, list[dict]] = {"files": [], "redis": [], "files_prequential": [], "files_one_thread": [],
-                                           "redis_one_thread": [], "offline": []}
+            runs: dict[str, list[dict]] = {"files": [], "redis": [], "files_prequential": [], "offline": []}
             for r in range(args.repeats):
                 files = [f"source.path={events_dir}", "source.poll_seconds=0.05",
                          f"source.commit_path={work / 'commit.json'}"]
-                redis_source = ["source=redis", f"source.url={redis.url}", "source.stream=events",
-                                "source.block_ms=100"]
                 runs["files"].append(online(base, work, f"{model}-files", files))
-                runs["redis"].append(online(base, work, f"{model}-redis", redis_source + [f"source.group={model}-{r}"]))
-                runs["files_one_thread"].append(online(base, work, f"{model}-files-1", files + ONE_THREAD))
-                runs["redis_one_thread"].append(online(base, work, f"{model}-redis-1", redis_source + ONE_THREAD + [
-                    f"source.group={model}-{r}-one-thread"]))
+                runs["redis"].append(online(base, work, f"{model}-redis", [
+                    "source=redis", f"source.url={redis.url}", "source.stream=events", f"source.group={model}-{r}",
+                    "source.block_ms=100"]))
                 runs["offline"].append(offline(base, work, frame, seed=r))
                 if r == 0:
                     runs["files_prequential"].append(online(base, work, f"{model}-preq", files, prequential=True))

@@ -19,9 +19,8 @@ def tables(files: list[dict]) -> list[str]:
                 "event is also ranked against every item seen before it, a measurement. Goal: "
                 f"{r['goal']}. Records per second (per CPU second of the process, all its threads, in brackets):", "",
                 "| model | micro-batch / step | online, files | online, Redis | online, files + prequential | "
-                "offline | online / offline: files, Redis (CPU: files, Redis) | the same, read on the training thread "
-                "(`stream.read_ahead=false`) | input positions encoded per target: online / offline | lag at a paced "
-                "rate (mean / max s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                "offline | online / offline: files, Redis (CPU: files, Redis) | input positions encoded per target: "
+                "online / offline | lag at a paced rate (mean / max s) |", "|---|---|---|---|---|---|---|---|---|"]
         for model, x in r["models"].items():
             m, lag, c = x["median"], x["lag"], x["config"]
             ratio, cpu = x["online_over_offline"], x["online_over_offline_cpu"]
@@ -29,7 +28,6 @@ def tables(files: list[dict]) -> list[str]:
                               for k in ("files", "redis", "files_prequential", "offline"))
             out.append(f"| {model} | {c['batch_size']:,} records / {c['step_targets']} targets | {runs} | "
                        f"**{ratio['files']:.2f}, {ratio['redis']:.2f}** ({cpu['files']:.2f}, {cpu['redis']:.2f}) | "
-                       f"{_one_thread(ratio, cpu)} | "
                        f"{m['files']['positions_per_target']:.2f} / {m['offline']['positions_per_target']:.2f} | "
                        f"{lag['lag_seconds_mean']:.2f} / {lag['lag_seconds_max']:.2f} at {lag['rate_per_s']:,.0f} "
                        "events/s (Redis) |")
@@ -38,14 +36,6 @@ def tables(files: list[dict]) -> list[str]:
         if r.get("kind") == "bench_stream_memory" and not r.get("quick"):
             out += [_stream_memory(r["memory"], r), ""]
     return out
-
-
-def _one_thread(ratio: dict, cpu: dict) -> str:
-    """The online/offline ratios of the runs that read on the training thread (``–``: a run before the option)."""
-    if "files_one_thread" not in ratio:
-        return "–"
-    return (f"{ratio['files_one_thread']:.2f}, {ratio['redis_one_thread']:.2f} "
-            f"({cpu['files_one_thread']:.2f}, {cpu['redis_one_thread']:.2f})")
 
 
 def _stream_memory(mem: dict, r: dict) -> str:
