@@ -30,14 +30,9 @@ is loaded: a tampered, truncated, incomplete or foreign newest checkpoint is set
 resumes from the newest intact one it keeps (re-reading the records after that one's offset: a source that cannot
 re-deliver what it has acknowledged, Redis, refuses instead); none intact is one line.
 
-The next micro-batch is read while one trains (``stream.read_ahead``, one reader thread: a broker's round trips and
-a file's parsing overlap the training step); a checkpoint waits for that read, so one thread at a time uses the
-source, and what was read ahead but not trained is read again after a crash, since the offset a checkpoint records
-is the trained batch's end.
-
-Memory is bounded: two micro-batches in flight, the one training and the one read ahead (the source is pulled,
-never pushed: when training is slower than the stream the backlog waits in the source, and ``lag_events`` in the log
-shows it), a fixed tier 0 for the item table, the stores' caches; glibc's heap kept from fragmenting (:func:`bound_heap`) and its free pages handed back to the
+Memory is bounded: one micro-batch in flight (the source is pulled, never pushed: when training is slower than the
+stream the backlog waits in the source, and ``lag_events`` in the log shows it), a fixed tier 0 for the item table,
+the stores' caches; glibc's heap kept from fragmenting (:func:`bound_heap`) and its free pages handed back to the
 OS after every checkpoint (:func:`release_free_memory`).
 What grows is on disk: the stores (users, event IDs, tier-2 rows). Every
 ``log_every_events`` records one row of ``logs/stream.csv`` (and TensorBoard) gives throughput, the backlog, the
@@ -52,7 +47,6 @@ import logging
 import resource
 import shutil
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +197,6 @@ class StreamLoop:
         self._interval = {"loss": 0.0, "steps": 0, "lag_sum": 0.0, "lag_max": 0.0, "lag_n": 0, "started": 0.0,
                           "records": 0}
         self._recent: JaggedBatchSample | None = None
-        self._ahead: Future | None = None  # the next micro-batch, being read while one trains (stream.read_ahead)
         self.started, self.cpu_started = time.time(), time.process_time()
         self.records_at_start = 0
 
@@ -232,60 +225,38 @@ class StreamLoop:
         self.records_at_start = self.counts["records"]
         self._interval.update(started=time.time(), records=self.counts["records"])
         s = self.cfg.stream
-        read_ahead = bool(s.get("read_ahead", True))  # a run started before the key: read ahead
-        with ThreadPoolExecutor(1, thread_name_prefix="genrec-read-ahead") as reader:
-            while (want := self._want()) > 0:
-                records = self._ahead.result() if self._ahead is not None else self.read(want)
-                self._ahead = None
-                if len(records) == 0:
-                    self.offset = records.end if records.end is not None else self.offset
-                    if s.stop_when_idle:
-                        break
-                    continue
-                pause_point("batch_read")
-                if read_ahead and self._want(len(records)) > 0:
-                    self._ahead = reader.submit(self.read, self._want(len(records)))
-                self.step(records)
-                pause_point("batch_trained")
-                self._maybe_log()
-                if self._checkpoint_due():
-                    self.checkpoint()
-                if self._export_due():
-                    self._export(self.checkpoint())
+        max_events = s.max_events
+        while max_events is None or self.counts["records"] < max_events:
+            want = self.batch_size if max_events is None else min(self.batch_size, max_events - self.counts["records"])
+            records = self.read(want)
+            if len(records) == 0:
+                if s.stop_when_idle:
+                    break
+                continue
+            pause_point("batch_read")
+            self.step(records)
+            pause_point("batch_trained")
+            self._maybe_log()
+            if self._checkpoint_due():
+                self.checkpoint()
+            if self._export_due():
+                self._export(self.checkpoint())
         return self.finish()
-
-    def _want(self, pending: int = 0) -> int:
-        """Records to read next, with ``pending`` records read but not yet trained: a micro-batch, fewer where
-        ``stream.max_events`` ends the run sooner (0: it does)."""
-        max_events = self.cfg.stream.max_events
-        if max_events is None:
-            return self.batch_size
-        return max(0, min(self.batch_size, int(max_events) - self.counts["records"] - pending))
-
-    def _settle(self) -> int:
-        """Wait for the read ahead in flight, if any, before the main thread uses the source (a commit, its
-        backlog): one thread at a time uses it. Returns how many records it read (read, not yet trained)."""
-        if self._ahead is None:
-            return 0
-        wait([self._ahead])
-        return 0 if self._ahead.exception() is not None else len(self._ahead.result())
 
     def read(self, want: int) -> Records:
         """Up to ``want`` records: reads until that many or the source has no more for now, waiting (up to the
         source's poll timeout) only while it has none: a backlog is read in full micro-batches, a stream the trainer
-        keeps up with in what has arrived. With none, ``end`` is the source's read position (``None`` at the
-        stream's start). Runs on the read-ahead thread (``stream.read_ahead``) while the previous micro-batch
-        trains: it touches only the source."""
+        keeps up with in what has arrived."""
         parts, got = [], 0
         while got < want:
             part = self.source.read(want - got, wait=not parts)
             if len(part) == 0:
                 if not parts:
-                    return Records(pd.DataFrame(), [], part.end)
+                    self.offset = part.end if part.end is not None else self.offset
                 break
             parts.append(part)
             got += len(part)
-        return concat_records(parts)
+        return concat_records(parts) if parts else Records(pd.DataFrame(), [], self.offset)
 
     # ------------------------------------------------------------------ one micro-batch
     def step(self, records: Records) -> None:
@@ -410,19 +381,13 @@ class StreamLoop:
         if every and self.counts["records"] // every > self._interval["records"] // every:
             self.log_row()
 
-    def _lag_events(self) -> int | None:
-        """Records in the source not yet trained: its backlog plus what was read ahead (``None``: it cannot tell)."""
-        read_ahead = self._settle()
-        backlog = self.source.backlog()
-        return None if backlog is None else backlog + read_ahead
-
     def log_row(self) -> dict[str, Any]:
         """One row of ``logs/stream.csv`` (and TensorBoard) about the records since the previous row."""
         now, i = time.time(), self._interval
         table = self.learner.table.counters()
         row = {**self.counts, "loss": i["loss"] / i["steps"] if i["steps"] else None,
                "records_per_s": (self.counts["records"] - i["records"]) / max(now - i["started"], 1e-9),
-               "lag_events": self._lag_events(),
+               "lag_events": self.source.backlog(),
                "lag_seconds_mean": i["lag_sum"] / i["lag_n"] if i["lag_n"] else None,
                "lag_seconds_max": i["lag_max"] if i["lag_n"] else None, "event_time": self.event_time,
                "rss_mib": rss_bytes() / 2**20, "peak_rss_mib": peak_rss_bytes() / 2**20,
@@ -469,7 +434,6 @@ class StreamLoop:
         records = self.counts["records"]
         path = self.checkpoints.write(records, self._fill, lambda: pause_point("checkpoint_rename"), self.run_id)
         pause_point("checkpoint_durable")
-        self._settle()
         self.source.commit(self.offset)
         pause_point("committed")
         self.checkpoints.prune()

@@ -17,7 +17,7 @@ from genrec.errors import ConfigError, UserError
 from genrec.export.manifest import validate_manifest
 from genrec.runs import RunFolder
 from genrec.stream import cli
-from genrec.stream.files import DirectorySource, write_event_files
+from genrec.stream.files import write_event_files
 from genrec.stream.offline import train_offline, user_sequences
 from tests.stream.helpers import TINY, assert_same_state, compose_stream, final_state, tiny_events
 
@@ -138,25 +138,6 @@ def test_offline_training_sees_every_target_once_per_epoch_and_is_seeded(tmp_pat
     assert all(torch.equal(a[k], b[k]) for k in a if isinstance(a[k], torch.Tensor))
     for x in learners:
         x.embedding.close()
-
-
-def test_reading_ahead_changes_nothing(tmp_path, stream_files, monkeypatch):
-    """stream.read_ahead: the next micro-batch is read on the reader thread while one trains (every read after the
-    first), and the run ends in the state of the run that reads on its own thread, with the same prequential log
-    and the same committed offset."""
-    folder, _ = stream_files
-    threads = []
-    read = DirectorySource.read
-    monkeypatch.setattr(DirectorySource, "read", lambda self, *args, **kw: (
-        threads.append(threading.current_thread().name), read(self, *args, **kw))[1])
-    runs = {ahead: _run(tmp_path, f"ahead-{ahead}", [f"stream.read_ahead={ahead}"], folder) for ahead in (False, True)}
-    by_run = threads[:len(threads) // 2], threads[len(threads) // 2:]
-    assert all(name == "MainThread" for name in by_run[0])
-    assert by_run[1][0] == "MainThread" and all(name.startswith("genrec-read-ahead") for name in by_run[1][1:])
-    assert_same_state(*(final_state(run_dir) for run_dir, _ in runs.values()))
-    logs = [pd.read_csv(run_dir / "logs" / "prequential.csv") for run_dir, _ in runs.values()]
-    pd.testing.assert_frame_equal(*logs)
-    assert runs[False][1]["offset"] == runs[True][1]["offset"]
 
 
 def test_the_same_events_from_redis_train_the_same_model(tmp_path, stream_files, redis_server):
