@@ -7,7 +7,7 @@ def tables(files: list[dict]) -> list[str]:
     (results/bench_stream_memory.json), from scripts/bench/bench_stream.py."""
     out = []
     for r in files:
-        if r.get("kind") != "bench_stream" or r.get("quick"):
+        if r.get("kind") != "bench_stream" or r.get("quick") or r.get("archived"):
             continue
         out += ["## Streaming throughput, lag and memory", "",
                 f"`results/{r['name']}.json` (`scripts/bench/bench_stream.py`, commit `{r['commit'][:12]}`): "
@@ -35,6 +35,25 @@ def tables(files: list[dict]) -> list[str]:
     for r in files:
         if r.get("kind") == "bench_stream_memory" and not r.get("quick"):
             out += [_stream_memory(r["memory"], r), ""]
+    return out
+
+
+def archived_tries(files: list[dict]) -> list[str]:
+    """One line per archived bench_stream file (results/archive/): a try at online throughput that was measured and
+    reverted, its ratios to offline with a reader thread (``stream.read_ahead``, the try) and without."""
+    out = []
+    for r in files:
+        if r.get("kind") != "bench_stream" or not r.get("archived"):
+            continue
+        cells = []
+        for model, x in r["models"].items():
+            ratio = x["online_over_offline"]
+            cells.append(f"{model}: files {ratio['files']:.2f} against {ratio['files_one_thread']:.2f}, Redis "
+                         f"{ratio['redis']:.2f} against {ratio['redis_one_thread']:.2f}")
+        out.append(f"- `{r['name']}.json` (`scripts/bench/bench_stream.py` at commit `{r['commit'][:12]}`, issue 44): "
+                   "genrec-stream reading the next micro-batch on a thread while one trains, against reading on the "
+                   f"training thread, in the same run; online/offline records per second, {'; '.join(cells)}. "
+                   "No consistent gain (the differences go both ways, within the repeats' spread): reverted.")
     return out
 
 
