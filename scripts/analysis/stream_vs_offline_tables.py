@@ -20,7 +20,8 @@ def tables(files: list[dict]) -> list[str]:
         if r.get("kind") != "stream_vs_offline" or r.get("quick"):
             continue
         metrics, model = ("recall@10", "ndcg@10", "mrr"), r["model"]
-        out += [f"## Online vs offline: {r['dataset']} ({model})", "",
+        variants = f", and {', '.join(r['variants'])}" if r.get("variants") else ""
+        out += [f"## Online vs offline: {r['dataset']} ({model}{variants})", "",
                 f"`results/{r['name']}.json` (`scripts/analysis/stream_vs_offline.py`, commit `{r['commit'][:12]}`): "
                 f"{r['machine_note']}. {r['events']:,} events replayed in timestamp order; the "
                 f"{r['ranked_events']:,} targets from the split time on (the last 20% of events) ranked before "
