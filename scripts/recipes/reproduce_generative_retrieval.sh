@@ -16,14 +16,15 @@
 #   only); a SASRec teacher of the split data.split.cold_items=$COLD (5% of the items held out of training, cold_seed
 #   0) -> <dataset>_cold_teacher_seed0; per seed the same generator recipe on that split with the text SIDs ->
 #   <dataset>_cold_generator_seed<S>; then scripts/analysis/cold_start.py -> results/<dataset>_cold_start.json.
-# PART=codes (codes that rank on their own; Beauty, after PART=ranking: it reuses the teacher and its SIDs): TRY names
-#   one change, trained at SEEDS (default 0) with its checkpoint chosen by the codes' validation NDCG@10
-#   (ranking@model.decoding=codes) -> beauty_codes_<try>_seed<S>: control (the ranking part's generator, chosen by
+# PART=codes (codes that rank on their own; after PART=ranking of the same DATASET: it reuses the teacher and its SIDs):
+#   TRY names one change, trained at SEEDS (default 0) with its checkpoint chosen by the codes' validation NDCG@10
+#   (ranking@model.decoding=codes) -> <dataset>_codes_<try>_seed<S>: control (the ranking part's generator, chosen by
 #   its codes), first1024 (SIDs whose first codebook has 1,024 codes: about 12 items share a first code instead of
 #   47), level_swap (the same RQ-VAE codes with the first two levels swapped, level_order=[1,0,2]: items of one
 #   coarse cluster, which for a collaborative embedding are items that follow the same items, get different first
 #   codes), gpu_recipe (the GPU recipe's batches of 1,024, lr 2e-3 after 200 warm-up steps, cosine decay, 40 epochs
-#   validated every 4, on the CPU); then the validation curves of every try so far -> results/curves_beauty_codes.json.
+#   validated every 4, on the CPU); then the validation curves of every try so far ->
+#   results/curves_<dataset>_codes.json.
 #
 # SEEDS (default "0 1 2"), EPOCHS (the generators' and the distilled SASRec's epoch cap: Beauty 10, Scientific 25 by
 # default, the budgets of the recorded post-training runs), THREADS (1), RUNS (runs/gr/<dataset>); DOC=0 skips
@@ -91,7 +92,6 @@ case "$PART" in
       --out "results/${DATASET}_cold_start.json"
     ;;
   codes)
-    [ "$DATASET" = beauty ] || { echo "PART=codes runs on Beauty" >&2; exit 2; }
     TRY=${TRY:-control}
     declare -A TRIES=(
       [control]="sid_table=$RUNS/sid"
@@ -107,11 +107,11 @@ case "$PART" in
     for seed in ${SEEDS:-0}; do
       # shellcheck disable=SC2086  # the try's overrides
       train "$RUNS/codes-$TRY-$seed" "${GENERATOR[@]}" stage.teacher="$RUNS/teacher" seed="$seed" \
-        ranking@model.decoding=codes ${TRIES[$TRY]} results_name="beauty_codes_${TRY}_seed$seed"
+        ranking@model.decoding=codes ${TRIES[$TRY]} results_name="${DATASET}_codes_${TRY}_seed$seed"
     done
     finished=()  # the validation curves of every try trained so far
     for dir in "$RUNS"/codes-*; do [ -f "$dir/metrics.json" ] && finished+=("$dir"); done
-    "$PY" -m scripts.analysis.record_curves --out results/curves_beauty_codes.json "${finished[@]}"
+    "$PY" -m scripts.analysis.record_curves --out "results/curves_${DATASET}_codes.json" "${finished[@]}"
     ;;
   *) echo "PART must be ranking, cold or codes, not $PART" >&2; exit 2 ;;
 esac

@@ -34,7 +34,7 @@ GOAL_OVER_SASREC = 0.08
 
 
 #: results of scripts/recipes/reproduce_generative_retrieval.sh, shown in their own sections (not the training tables)
-GR_TAGS = ("_gr_", "_cold_", "beauty_codes_")
+GR_TAGS = ("_gr_", "_cold_", "_codes_")
 
 
 def in_own_section(run: dict) -> bool:
