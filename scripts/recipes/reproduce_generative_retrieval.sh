@@ -19,8 +19,8 @@
 # PART=codes (codes that rank on their own; after PART=ranking of the same DATASET: it reuses the teacher and its SIDs):
 #   TRY names one change, trained at SEEDS (default 0) with its checkpoint chosen by the codes' validation NDCG@10
 #   (ranking@model.decoding=codes) -> <dataset>_codes_<try>_seed<S>: control (the ranking part's generator, chosen by
-#   its codes), first1024 (SIDs whose first codebook has 1,024 codes: about 12 items share a first code instead of
-#   47), level_swap (the same RQ-VAE codes with the first two levels swapped, level_order=[1,0,2]: items of one
+#   its codes), first1024 (SIDs whose first codebook has 1,024 codes: on Beauty about 12 items share a first code
+#   instead of 47), level_swap (the same RQ-VAE codes with the first two levels swapped, level_order=[1,0,2]: items of one
 #   coarse cluster, which for a collaborative embedding are items that follow the same items, get different first
 #   codes), gpu_recipe (the GPU recipe's batches of 1,024, lr 2e-3 after 200 warm-up steps, cosine decay, 40 epochs
 #   validated every 4, on the CPU); then the validation curves of every try so far ->
