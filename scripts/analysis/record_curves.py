@@ -22,7 +22,7 @@ METRICS = ("ndcg@10", "recall@10")
 
 
 def curve(run_dir: Path) -> dict:
-    """One run's settings and ``curve``: ``[{epoch, step, ndcg@10, recall@10}]`` after each training epoch (the
+    """One run's settings and ``curve``: ``[{epoch, step, ndcg@10, recall@10}]`` after each validated epoch (the
     validation of the best checkpoint that genrec-train logs after training, at epoch ``epochs_run``, left out)."""
     from omegaconf import OmegaConf
 
@@ -32,8 +32,10 @@ def curve(run_dir: Path) -> dict:
     rows = [r for r in csv.DictReader(log) if r.get("val/ndcg@10")]
     points = [{"epoch": int(r["epoch"]), "step": int(r["step"]), **{m: float(r[f"val/{m}"]) for m in METRICS}}
               for r in rows if int(r["epoch"]) < summary["epochs_run"]]
-    if [p["epoch"] for p in points] != list(range(summary["epochs_run"])):
-        raise SystemExit(f"record_curves: error: {run_dir}/logs/metrics.csv: expected one validation per epoch "
+    every = int(cfg.trainer.get("check_val_every_n_epoch") or 1)  # validated after every ``every``-th epoch
+    if [p["epoch"] for p in points] != list(range(every - 1, summary["epochs_run"], every)):
+        raise SystemExit(f"record_curves: error: {run_dir}/logs/metrics.csv: expected one validation every {every} "
+                         "epoch(s) "
                          f"0..{summary['epochs_run'] - 1}, got epochs {[p['epoch'] for p in points]}")
     started = json.loads((run_dir / "init_from.json").read_text()) if (run_dir / "init_from.json").exists() else None
     return {"run": str(run_dir), "results_name": cfg.get("results_name"), "model": cfg.model.name,
