@@ -31,5 +31,19 @@ def test_a_log_missing_an_epoch_is_refused_with_its_file(tiny_run, tmp_path):
     log = run_dir / "logs" / "metrics.csv"
     header, *rows = log.read_text().splitlines()
     log.write_text("\n".join([header] + [r for r in rows if not r.startswith("0,")]) + "\n")  # epoch 0's rows
-    with pytest.raises(SystemExit, match="logs/metrics.csv: expected one validation per epoch 0..0"):
+    with pytest.raises(SystemExit, match="logs/metrics.csv: expected one validation every 1 epoch"):
+        _script().curve(run_dir)
+
+
+def test_the_validation_interval_comes_from_the_runs_config(tiny_run, tmp_path):
+    """A run validated every k epochs (trainer.check_val_every_n_epoch) has a point every k epochs: a config saying
+    2 over a log validated after every epoch is refused."""
+    from omegaconf import OmegaConf
+
+    run_dir = Path(shutil.copytree(tiny_run[0], tmp_path / "run"))
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg.trainer.check_val_every_n_epoch = 2
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    epochs = json.loads((run_dir / "metrics.json").read_text())["epochs_run"]
+    with pytest.raises(SystemExit, match=f"expected one validation every 2 epoch\\(s\\) 0..{epochs - 1}"):
         _script().curve(run_dir)

@@ -118,6 +118,9 @@ def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]]) -> list[str]
                    f"{_cell([r['metrics']['test']['ndcg@10'] for r in tries])} | "
                    f"{', '.join(str(r['seed']) for r in tries)} | {_budget(tries)} | "
                    + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
+    for name, b in runs[0].get("baselines", {}).items():  # the same splits for every try
+        out.append(f"| {name} (baseline) | – | – | {b['valid']['ndcg@10']:.4f} | {b['test']['recall@10']:.4f} | "
+                   f"{b['test']['ndcg@10']:.4f} | – | – | `results/{runs[0]['name']}.json` |")
     best = max(by_try, key=lambda n: _mean_of(by_try[n], "valid", "ndcg@10"))
     test = _mean_of(by_try[best], "test", "ndcg@10")
     control = by_try.get("control")
