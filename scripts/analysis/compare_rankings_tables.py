@@ -74,7 +74,7 @@ def generative_retrieval_tables(files: list[dict]) -> list[str]:
                 _cell([metrics["test"][m]]) for m in ("recall@10", "ndcg@10", "recall@20")] + ["–"]
             out.append(f"| {name} (baseline) | – | counts | " + " | ".join(cells) +
                        f" | – | – | `results/{comp['name']}.json` |")
-        out += ["", f"Commits: {_commits([comp] + generators)}.", ""]
+        out += ["", f"Commits: {_commits([comp] + [r for r in comp['runs'] if 'commit' in r] + generators)}.", ""]
         out += _ranking_reading(modes, comp, [by_name[n] for n in by_name
                                               if n.startswith(f"{dataset}_gr_sasrec_distill_seed")])
     return out

@@ -11,7 +11,8 @@
 #   heads, MLP 512, dropout 0.1; the same item table; batches of similar lengths as the generator's)
 #   distilled from the same teacher the same way (stage.weight=1: the teacher's top 100 items at every position)
 #   for the same epochs -> <dataset>_gr_sasrec_distill_seed<S>; then every seed's checkpoint ranked four ways
-#   (scripts/analysis/compare_rankings.py --mode codes head liger guided) -> results/<dataset>_gr_rankings.json.
+#   (scripts/analysis/compare_rankings.py --mode codes head liger guided) -> results/<dataset>_gr_rankings.json,
+#   where the seeds ranked before (SEEDS="1 2" after SEEDS=0) keep their rows.
 # PART=cold (item cold start, TIGER §4.3): text SIDs (MiniLM embeddings of the item text, RQ-VAE as above: content
 #   only); a SASRec teacher of the split data.split.cold_items=$COLD (5% of the items held out of training, cold_seed
 #   0) -> <dataset>_cold_teacher_seed0; per seed the same generator recipe on that split with the text SIDs ->
@@ -73,8 +74,10 @@ case "$PART" in
         seed="$seed" results_name="${DATASET}_gr_sasrec_distill_seed$seed"
       gens+=("$RUNS/gen-$seed")
     done
-    "$PY" -m scripts.analysis.compare_rankings "${gens[@]}" --mode codes --mode head --mode liger --mode guided \
-      --threads "$THREADS" --out "results/${DATASET}_gr_rankings.json"
+    out="results/${DATASET}_gr_rankings.json" keep=()  # the seeds ranked before join this run's
+    [ ! -f "$out" ] || keep=(--keep "$out")
+    "$PY" -m scripts.analysis.compare_rankings "${gens[@]}" "${keep[@]}" --mode codes --mode head --mode liger \
+      --mode guided --threads "$THREADS" --out "$out"
     ;;
   cold)
     tokenize "$RUNS/sid-text" encoder.on_empty=raw_id
