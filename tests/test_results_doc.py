@@ -329,3 +329,28 @@ def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():
            run("beauty_sid_gpt_gpu_seed0", "sid_gpt", 0.07, "guided", "H200")]
     best = training._best_generative_runs(cpu, cpu + gpu)
     assert sorted(r["name"] for r in best) == ["beauty_sid_gpt_seed0", "beauty_tiger_gpu_seed0"]
+
+
+def test_the_codes_tries_table_compares_a_try_without_control_to_the_ranking_tables_codes():
+    """Where a dataset has no control run (Beauty), the ranking table's generators ranked by their codes (checkpoint
+    chosen by the head) are the reference row; the goal's gap is the mean over the try's seeds (0.042 against the
+    goal 0.0424: -0.9%; against the codes rows' 0.031: +35.5%)."""
+    sid = {"codebook_sizes": [1024, 256, 256, 8]}
+    tries = [{"name": f"beauty_codes_first1024_seed{s}", "seed": s, "commit": "abc", "dataset": {"dataset": "beauty"},
+              "sid_table": sid, "metrics": {"valid": _split_metrics(0.05), "test": _split_metrics(n)},
+              "baselines": {"transitions_last3_skip": {"valid": _split_metrics(0.06), "test": _split_metrics(0.05)}}}
+             for s, n in ((0, 0.040), (1, 0.044))]
+    comp = {"kind": "ranking_comparison", "name": "beauty_gr_rankings", "dataset": {"dataset": "beauty"},
+            "runs": [{"mode": mode, "seed": s, "results_name": f"beauty_gr_generator_seed{s}",
+                      "metrics": {"valid": _split_metrics(n + 0.01), "test": _split_metrics(n)}}
+                     for s, n in ((0, 0.030), (1, 0.032)) for mode in ("codes", "head")]}
+    generator = {"name": "beauty_gr_generator_seed0", "sid_table": {"codebook_sizes": [256, 256, 256, 16]}}
+    lines = generative.codes_tries_tables(tries + [comp, generator])
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert rows[0].startswith("| first1024 |") and "| 0.0420 ± 0.0028 | 0, 1 |" in rows[0]
+    assert rows[1].split(" | ")[2:7] == ["256 x 256 x 256 x 16", "0.0410 ± 0.0014", "0.0620 ± 0.0028",
+                                         "0.0310 ± 0.0014", "0, 1"]
+    reading = next(line for line in lines if line.startswith("Validation picks"))
+    assert reading == ("Validation picks `first1024` (test NDCG@10 0.0420 over 2 seeds, +35.5% against the ranking "
+                       "table's generators' codes). Goal 0.0424 (ActionPiece): **not met**, gap -0.9%; stretch 0.05: "
+                       "gap -16.0%.")

@@ -90,34 +90,55 @@ def _codes_try(name: str) -> str | None:
     return match[1] if match else None
 
 
+def sizes_of(run: dict) -> str:
+    """A generator run's SID codebook sizes, e.g. ``256 x 256 x 256 x 16``."""
+    return " x ".join(str(k) for k in run["sid_table"]["codebook_sizes"])
+
+
 def codes_tries_tables(files: list[dict]) -> list[str]:
     """Issue 45's changes for codes that rank on their own (``PART=codes``), per dataset: each try's codes-only
     validation (the choice) and test figures against the control, and on Beauty the goal's gap."""
     by_dataset = defaultdict(lambda: defaultdict(list))
     for r in sorted((f for f in files if _codes_try(f["name"]) and "metrics" in f), key=lambda f: f["seed"]):
         by_dataset[r["dataset"]["dataset"]][_codes_try(r["name"])].append(r)
+    rankings = {f["dataset"]["dataset"]: f for f in files
+                if f.get("kind") == "ranking_comparison" and f["name"].endswith("_gr_rankings")}
+    by_name = {f["name"]: f for f in files}
     out = []
     for dataset, tries in sorted(by_dataset.items()):
         order = sorted(tries, key=lambda n: list(CODES_TRIES).index(n) if n in CODES_TRIES else len(CODES_TRIES))
-        out += _codes_tries_table(dataset, {name: tries[name] for name in order})
+        ranking = rankings.get(dataset)
+        by_head = [r for r in ranking["runs"] if r["mode"] == "codes"] if ranking else []
+        generator = by_name.get(by_head[0]["results_name"]) if by_head else None
+        out += _codes_tries_table(dataset, {name: tries[name] for name in order}, by_head,
+                                  sizes_of(generator) if generator else "–", ranking["name"] if ranking else "")
     return out
 
 
-def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]]) -> list[str]:
-    """One dataset's table of :func:`codes_tries_tables`."""
+def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]], by_head: list[dict], head_sizes: str,
+                       ranking_name: str) -> list[str]:
+    """One dataset's table of :func:`codes_tries_tables`. ``by_head``: the codes rows of the dataset's ranking table
+    (``ranking_name``, SID codebooks ``head_sizes``), the same recipe as the control with its checkpoint chosen by the
+    head: the reference where a dataset has no control run."""
     runs = [r for tries in by_try.values() for r in tries]
     out = [f"## Codes that rank on their own: {dataset}", "",
            prose("codes_tries", "intro"), "",
            "| try | change | SID codebooks | valid ndcg@10 (the choice) | test recall@10 | test ndcg@10 | seeds | "
            "epochs (best), train time | source |", "|" + "---|" * 9]
     for name, tries in by_try.items():
-        sizes = " x ".join(str(k) for k in tries[0]["sid_table"]["codebook_sizes"])
-        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes} | "
+        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes_of(tries[0])} | "
                    f"{_cell([r['metrics']['valid']['ndcg@10'] for r in tries])} | "
                    f"{_cell([r['metrics']['test']['recall@10'] for r in tries])} | "
                    f"{_cell([r['metrics']['test']['ndcg@10'] for r in tries])} | "
                    f"{', '.join(str(r['seed']) for r in tries)} | {_budget(tries)} | "
                    + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
+    if by_head:
+        out.append(f"| the ranking table's generators | none; the checkpoint chosen by the head, ranked by its codes | "
+                   f"{head_sizes} | "
+                   f"{_cell([r['metrics']['valid']['ndcg@10'] for r in by_head])} | "
+                   f"{_cell([r['metrics']['test']['recall@10'] for r in by_head])} | "
+                   f"{_cell([r['metrics']['test']['ndcg@10'] for r in by_head])} | "
+                   f"{', '.join(str(r['seed']) for r in by_head)} | – | `results/{ranking_name}.json` |")
     for name, b in runs[0].get("baselines", {}).items():  # the same splits for every try
         out.append(f"| {name} (baseline) | – | – | {b['valid']['ndcg@10']:.4f} | {b['test']['recall@10']:.4f} | "
                    f"{b['test']['ndcg@10']:.4f} | – | – | `results/{runs[0]['name']}.json` |")
@@ -127,8 +148,10 @@ def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]]) -> list[str]
     goal = (f" Goal {CODES_GOAL} (ActionPiece): **{'met' if test >= CODES_GOAL else 'not met'}**, gap "
             f"{_change(test, CODES_GOAL)}; stretch {CODES_STRETCH}: gap {_change(test, CODES_STRETCH)}."
             if dataset == "beauty" else "")
+    against = (f", {_change(test, _mean_of(control, 'test', 'ndcg@10'))} against the control" if control else
+               f", {_change(test, _mean_of(by_head, 'test', 'ndcg@10'))} against the ranking table's generators' "
+               "codes" if by_head else "")
     out += ["", f"Commits: {_commits(runs)}.", "",
-            f"Validation picks `{best}` (test NDCG@10 {test:.4f}" + (
-                f", {_change(test, _mean_of(control, 'test', 'ndcg@10'))} against the control" if control else "")
-            + ")." + goal, ""]
+            f"Validation picks `{best}` (test NDCG@10 {test:.4f} over {len(by_try[best])} seed"
+            f"{'s' if len(by_try[best]) > 1 else ''}{against})." + goal, ""]
     return out
