@@ -12,13 +12,13 @@ PROTOCOL = {"split": "leave-one-out", "users_scored": {"valid": 3, "test": 3}}
 MODES = ["codes", "head"]
 
 
-def comparison(commit: str, seeds: list[int], *, modes=MODES, protocol=PROTOCOL, baseline=0.05) -> dict:
+def comparison(commit: str, seeds: list[int], *, modes=MODES, protocol=PROTOCOL) -> dict:
     """A flat ranking comparison of one checkpoint per seed (sha256 ``ckpt<seed>``), ranked ``modes`` at ``commit``."""
     rows = [{"run": f"runs/gen-{seed}", "results_name": f"beauty_gr_generator_seed{seed}", "seed": seed, "mode": mode,
              "checkpoint": {"sha256": f"ckpt{seed}"}, "metrics": {"test": {"ndcg@10": seed / 10}}}
             for seed in seeds for mode in modes]
     return {"kind": "ranking_comparison", "name": "part", "dataset": DATASET, "protocol": protocol, "modes": modes,
-            "variants": [], "runs": rows, "baselines": {"most_popular": {"test": {"ndcg@10": baseline}}},
+            "variants": [], "runs": rows, "baselines": {"most_popular": {"test": {"ndcg@10": 0.05}}},
             "commit": commit, "created": "2026-12-05T00:00:00Z"}
 
 
