@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from scripts.analysis.compare_rankings_tables import CODES_GOAL
 from scripts.docs.tables.common import (COLUMNS, _budget, _cell, _change, _commits, _label, _mean_of, _row, _split,
                                         below_baselines, in_own_section, prose)
 from scripts.docs.tables.post_training import _post_prefix
@@ -73,8 +74,8 @@ def sid_source_tables(files: list[dict]) -> list[str]:
     return out
 
 
-#: issue 45's goal for codes alone on Beauty (ActionPiece's published NDCG@10) and its stretch (transitions_last3_skip)
-CODES_GOAL, CODES_STRETCH = 0.0424, 0.0500
+#: issue 45's stretch for codes alone on Beauty (transitions_last3_skip); the goal is the ranking table's CODES_GOAL
+CODES_STRETCH = 0.0500
 
 
 CODES_TRIES = {"control": "the ranking table's generator recipe, chosen by its codes",
@@ -145,9 +146,10 @@ def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]], by_head: lis
     best = max(by_try, key=lambda n: _mean_of(by_try[n], "valid", "ndcg@10"))
     test = _mean_of(by_try[best], "test", "ndcg@10")
     control = by_try.get("control")
-    goal = (f" Goal {CODES_GOAL} (ActionPiece): **{'met' if test >= CODES_GOAL else 'not met'}**, gap "
-            f"{_change(test, CODES_GOAL)}; stretch {CODES_STRETCH}: gap {_change(test, CODES_STRETCH)}."
-            if dataset == "beauty" else "")
+    target = CODES_GOAL.get(dataset, (None,))[0]
+    goal = (f" Goal {target} (ActionPiece): **{'met' if test >= target else 'not met'}**, gap "
+            f"{_change(test, target)}; stretch {CODES_STRETCH}: gap {_change(test, CODES_STRETCH)}."
+            if target else "")
     against = (f", {_change(test, _mean_of(control, 'test', 'ndcg@10'))} against the control" if control else
                f", {_change(test, _mean_of(by_head, 'test', 'ndcg@10'))} against the ranking table's generators' "
                "codes" if by_head else "")
