@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from scripts.docs.tables.common import _cell, _change, _commits
+from scripts.docs.tables.common import _cell, _change, _commits, prose
 
 
 COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
@@ -16,7 +16,8 @@ COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
 
 def tables(files: list[dict]) -> list[str]:
     """Issue 45's cold-start table (scripts/analysis/cold_start.py), per dataset: every ranking on all, cold and warm
-    test targets, mean ± std over the generator seeds, with the split's item counts and the two goals checked."""
+    test targets, mean ± std over the generator seeds, with the split's item counts, the two goals checked and the
+    reading of scripts/docs/templates/generative.md (prose block `cold_start:<dataset>`)."""
     out = []
     for f in (f for f in files if f.get("kind") == "cold_start"):
         d, runs = f["protocol"]["split_details"], f["runs"]
@@ -52,6 +53,7 @@ def tables(files: list[dict]) -> list[str]:
                 label, carried = COLD_ROWS.get(name, (f"{name} (baseline)", "counts"))
             out.append(row(name, label, carried, values))
         out += ["", f"Commits: {_commits([f])}.", ""] + _cold_goals(rows)
+        out += [prose("cold_start", f["dataset"]["dataset"]), ""]
     return out
 
 
