@@ -22,12 +22,14 @@ from genrec.models.sid_generator import SIDGenerator
 from genrec.models.trie import PrefixTrie
 
 
-def unseen_items_beam(model: SIDGenerator, batch: JaggedBatch, trie: PrefixTrie) -> BeamResult:
-    """The model's beam (its width and ``top_k``, by code log-probability) constrained to the items of ``trie``:
+def unseen_items_beam(model: SIDGenerator, batch: JaggedBatch, trie: PrefixTrie,
+                      beam: int | None = None) -> BeamResult:
+    """The model's beam (its ``top_k``, by code log-probability) constrained to the items of ``trie``:
     ``PrefixTrie(model.sids.codes[items], ...)`` over the cold ``items`` (the beam reads item IDs from the SID
-    table, so the trie's own leaf numbering does not matter); the user's history removed as in :meth:`generate`."""
+    table, so the trie's own leaf numbering does not matter); the user's history removed as in :meth:`generate`.
+    ``beam``: its width (default the model's); as wide as the number of items, it scores every one exactly."""
     seen = (batch.seen_ids, batch.seen_offsets) if model.exclude_history and batch.seen_ids is not None else None
-    return beam_search(model.decoder(batch), model.sids, model.beam, model.top_k, trie, seen)
+    return beam_search(model.decoder(batch), model.sids, beam or model.beam, model.top_k, trie, seen)
 
 
 def among(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

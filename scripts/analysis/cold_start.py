@@ -3,11 +3,12 @@ items held out of training entirely; text semantic IDs place them by their conte
 validation and test target and on the targets that are cold items -> one results file.
 
 Rows, per generator checkpoint (each run's best): ``codes`` (its beam by code log-probability over every item),
-``codes_unseen`` (the same beam constrained to the cold items' IDs), ``head`` (its item head's top items: a cold
-item's row never trained, so it cannot recommend one), ``hybrid_eps<ε>`` (the head's list of warm items with a share ε
-of its slots, evenly spaced, given to ``codes_unseen``'s best items: TIGER's ε); per dataset, once: ``semantic_knn``
-(content embeddings, nearest to the user's last three items) and ``semantic_knn_unseen`` (the same among the cold
-items), the counting baselines, and the ``--teacher`` run (a SASRec of the same split) if given.
+``codes_unseen`` (the same beam constrained to the cold items' IDs; ``--unseen-beam`` sets its width), ``head`` (its
+item head's top items: a cold item's row never trained, so it cannot recommend one), ``hybrid_eps<ε>`` (the head's list
+of warm items with a share ε of its slots, evenly spaced, given to ``codes_unseen``'s best items: TIGER's ε); per
+dataset, once: ``semantic_knn`` (content embeddings, nearest to the user's last three items) and
+``semantic_knn_unseen`` (the same among the cold items), the counting baselines, and the ``--teacher`` run (a SASRec of
+the same split) if given.
 
 Usage::
 
@@ -67,15 +68,17 @@ def top_list(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.full_like(scores, float("-inf")).scatter(1, top.indices, top.values)
 
 
-def generator_rows(task, batch, trie, is_cold: torch.Tensor, epsilons: list[float]) -> dict[str, torch.Tensor]:
-    """One evaluation batch's score matrices of a generator checkpoint (history removed before any list is cut)."""
+def generator_rows(task, batch, trie, is_cold: torch.Tensor, epsilons: list[float],
+                   unseen_beam: int | None = None) -> dict[str, torch.Tensor]:
+    """One evaluation batch's score matrices of a generator checkpoint (history removed before any list is cut);
+    ``unseen_beam``: the width of the beam among the cold items (default the model's)."""
     from genrec.eval.cold_start import among, reserve_share, unseen_items_beam
     from genrec.eval.metrics import remove_seen
 
     model = task.model
     columns = model.num_items + 1
     head = remove_seen(model.item_head_log_probs(batch), batch)
-    unseen = unseen_items_beam(model, batch, trie).score_matrix(columns)
+    unseen = unseen_items_beam(model, batch, trie, unseen_beam).score_matrix(columns)
     rows = {"codes": model.generate(batch).score_matrix(columns), "codes_unseen": unseen,
             "head": top_list(head, model.top_k)}
     warm = among(head, ~is_cold)
@@ -84,7 +87,7 @@ def generator_rows(task, batch, trie, is_cold: torch.Tensor, epsilons: list[floa
     return rows
 
 
-def evaluate_generator(run_dir: Path, epsilons: list[float]) -> dict:
+def evaluate_generator(run_dir: Path, epsilons: list[float], unseen_beam: int | None = None) -> dict:
     from genrec.dist.checkpoint import read_meta
     from genrec.models.trie import PrefixTrie
     from genrec.runs import RunFolder, file_digest
@@ -106,7 +109,7 @@ def evaluate_generator(run_dir: Path, epsilons: list[float]) -> dict:
         for split, loader in (("valid", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
             ranks = Ranks(tuple(cfg.eval.ks), cfg.eval.exclude_history)
             for batch in loader:
-                ranks.add(batch, generator_rows(task, batch, trie, is_cold, epsilons))
+                ranks.add(batch, generator_rows(task, batch, trie, is_cold, epsilons, unseen_beam))
             metrics[split] = ranks.metrics(data.cold_items)
     meta = read_meta(path)
     return {"run": str(run_dir), "results_name": cfg.get("results_name"), "seed": cfg.seed,
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--teacher", type=Path, help="a retrieval run of the same split, shown beside them")
     parser.add_argument("--epsilon", type=float, nargs="+", default=[0.05, 0.1, 0.2],
                         help="shares of the list given to the codes of unseen items (hybrid rows)")
+    parser.add_argument("--unseen-beam", type=int, help="the width of the beam among the cold items (default the "
+                        "model's beam; the number of cold items scores every one of them exactly)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -167,13 +172,14 @@ def main(argv: list[str] | None = None) -> None:
     baselines, dataset, protocol = evaluate_others(args.runs[0], args.teacher)
     runs = []
     for run_dir in args.runs:
-        runs.append(evaluate_generator(run_dir, args.epsilon))
+        runs.append(evaluate_generator(run_dir, args.epsilon, args.unseen_beam))
         test = runs[-1]["metrics"]["test"]
         print(run_dir, {row: (round(m["all"]["ndcg@10"], 4), round(m["cold"]["recall@10"], 4))
                         for row, m in test.items()}, flush=True)
     write_json(args.out, {"kind": "cold_start", "name": args.out.stem, "dataset": dataset, "protocol": protocol,
-                          "epsilons": args.epsilon, "teacher": str(args.teacher) if args.teacher else None,
-                          "runs": runs, "baselines": baselines, **provenance()})
+                          "epsilons": args.epsilon, "unseen_beam": args.unseen_beam,
+                          "teacher": str(args.teacher) if args.teacher else None, "runs": runs, "baselines": baselines,
+                          **provenance()})
 
 
 if __name__ == "__main__":

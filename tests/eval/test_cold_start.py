@@ -39,17 +39,19 @@ def test_among_keeps_the_allowed_columns_only():
     assert out.tolist() == [[INF, 1., 2.], [INF, 4., 5.]] and scores[0, 0] == 0
 
 
-def test_the_unseen_items_beam_returns_only_those_items_by_code_log_probability():
+@pytest.mark.parametrize("model_beam, beam", [(10, None), (4, 10)])
+def test_the_unseen_items_beam_returns_only_those_items_by_code_log_probability(model_beam, beam):
     """A beam over the unseen items' trie returns exactly their top items by teacher-forced code log-probability
-    (a beam as wide as the set keeps every prefix), never one of the user's history."""
+    (a beam as wide as the set keeps every prefix: the model's own, or one given wider than the model's), never one
+    of the user's history."""
     table = make_table(40, (4, 5, 3))
     torch.manual_seed(0)
-    model = SIDGenerator(table, SASRec(dim=16, num_layers=1, num_heads=2, max_len=40, dropout=0.0), beam=10,
+    model = SIDGenerator(table, SASRec(dim=16, num_layers=1, num_heads=2, max_len=40, dropout=0.0), beam=model_beam,
                          top_k=4).eval()
     unseen = torch.tensor([3, 8, 11, 17, 22, 29, 31, 36, 38, 40])
     trie = PrefixTrie(model.sids.codes[unseen], model.sids.codebook_sizes)
     batch = eval_batch([[1, 2, 3], [8, 5], [12]])
-    found = unseen_items_beam(model, batch, trie)
+    found = unseen_items_beam(model, batch, trie, beam)
     with torch.no_grad():
         exact = model.item_log_probs(batch, unseen.expand(3, -1))
     for user, history in enumerate([[1, 2, 3], [8, 5], [12]]):
