@@ -313,6 +313,14 @@ def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
     assert goals[1].endswith("0.2000 against 0.1000, 2.00x: goal (1.5x) **met**.")
     assert "(`head`, 0.0600): -1.7%" in goals[2] and goals[2].endswith("**met**.")
     assert "-5.0%" in goals[3] and goals[3].endswith("**not met**.")
+    assert lines[0] == "## Item cold start: beauty" and prose("cold_start", "beauty") in lines
+    # a file written with --unseen-beam says so in its heading, its text, its row and its prose key
+    wide = cold_start_tables.tables([f | {"unseen_beam": 605}])
+    assert wide[0] == "## Item cold start: beauty, a beam of 605 among the cold items"
+    assert wide[2].endswith("605 wide (`--unseen-beam 605`; the model's own beam elsewhere), as many as the cold "
+                            "items: every one is scored by its codes' log-probability.")
+    assert any(line.startswith("| a beam of 605 among the cold items' IDs only | codes |") for line in wide)
+    assert prose("cold_start", "beauty", "beam605") in wide
 
 
 def test_the_main_table_shows_a_generative_models_best_run_with_its_budget():

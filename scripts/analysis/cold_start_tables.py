@@ -17,12 +17,17 @@ COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
 def tables(files: list[dict]) -> list[str]:
     """Issue 45's cold-start table (scripts/analysis/cold_start.py), per dataset: every ranking on all, cold and warm
     test targets, mean ± std over the generator seeds, with the split's item counts, the two goals checked and the
-    reading of scripts/docs/templates/generative.md (prose block `cold_start:<dataset>`)."""
+    reading of scripts/docs/templates/generative.md (prose block `cold_start:<dataset>`, with `:beam<N>` for a file
+    written with ``--unseen-beam N``)."""
     out = []
     for f in (f for f in files if f.get("kind") == "cold_start"):
-        d, runs = f["protocol"]["split_details"], f["runs"]
+        d, runs, dataset = f["protocol"]["split_details"], f["runs"], f["dataset"]["dataset"]
+        beam = f.get("unseen_beam")
         seeds = ", ".join(str(r["seed"]) for r in runs)
-        out += [f"## Item cold start: {f['dataset']['dataset']}", "",
+        labels = dict(COLD_ROWS)
+        if beam:
+            labels["codes_unseen"] = (f"a beam of {beam} among the cold items' IDs only", "codes")
+        out += [f"## Item cold start: {dataset}" + (f", a beam of {beam} among the cold items" if beam else ""), "",
                 f"`scripts/recipes/reproduce_generative_retrieval.sh` (`PART=cold`; `scripts/analysis/cold_start.py`, "
                 f"`results/{f['name']}.json`). `data.split.cold_items={d['cold_items']}` (cold_seed "
                 f"{d['cold_seed']}): {d['cold_item_count']:,} of {f['dataset']['items']:,} items held out of "
@@ -34,7 +39,10 @@ def tables(files: list[dict]) -> list[str]:
                 f"{runs[0]['sid_table']['encoder']} encoder, table `{runs[0]['sid_table']['content_hash']}`), "
                 f"distilled from a SASRec of the split; seeds {seeds}, one checkpoint each (the head's best "
                 "validation NDCG@10). Hybrid ε: the head's list of warm items with a share ε of its 20 slots, evenly "
-                "spaced (ε = 0.1: ranks 10 and 20), given to the best cold items by their codes (TIGER §4.3).", "",
+                "spaced (ε = 0.1: ranks 10 and 20), given to the best cold items by their codes (TIGER §4.3)." + (
+                    f" The beam among the cold items is {beam} wide (`--unseen-beam {beam}`; the model's own beam "
+                    "elsewhere)" + (", as many as the cold items: every one is scored by its codes' log-probability."
+                                    if beam >= d["cold_item_count"] else ".") if beam else ""), "",
                 "| ranking | carried by | all: recall@10 | all: ndcg@10 | cold: recall@10 | cold: ndcg@10 | "
                 "cold: recall@20 | warm: ndcg@10 | seeds |", "|" + "---|" * 9]
         rows = {name: [r["metrics"]["test"][name] for r in runs] for name in runs[0]["metrics"]["test"]}
@@ -50,10 +58,10 @@ def tables(files: list[dict]) -> list[str]:
             if name.startswith("hybrid_eps"):
                 label, carried = f"hybrid, ε = {name[len('hybrid_eps'):]}: head + codes of unseen items", "both"
             else:
-                label, carried = COLD_ROWS.get(name, (f"{name} (baseline)", "counts"))
+                label, carried = labels.get(name, (f"{name} (baseline)", "counts"))
             out.append(row(name, label, carried, values))
         out += ["", f"Commits: {_commits([f])}.", ""] + _cold_goals(rows)
-        out += [prose("cold_start", f["dataset"]["dataset"]), ""]
+        out += [prose("cold_start", dataset, *([f"beam{beam}"] if beam else [])), ""]
     return out
 
 
