@@ -317,8 +317,8 @@ def test_the_cold_start_goals_are_checked_on_the_tables_own_figures():
     # a file written with --unseen-beam says so in its heading, its text, its row and its prose key
     wide = cold_start_tables.tables([f | {"unseen_beam": 605}])
     assert wide[0] == "## Item cold start: beauty, a beam of 605 among the cold items"
-    assert wide[2].endswith("605 wide (`--unseen-beam 605`; the model's own beam elsewhere), as many as the cold "
-                            "items: every one is scored by its codes' log-probability.")
+    assert wide[2].endswith("605 wide (`UNSEEN_BEAM=605`: `--unseen-beam 605`; the model's own beam elsewhere), as "
+                            "many as the cold items: every one is scored by its codes' log-probability.")
     assert any(line.startswith("| a beam of 605 among the cold items' IDs only | codes |") for line in wide)
     assert prose("cold_start", "beauty", "beam605") in wide
 

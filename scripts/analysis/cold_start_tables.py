@@ -24,9 +24,13 @@ def tables(files: list[dict]) -> list[str]:
         d, runs, dataset = f["protocol"]["split_details"], f["runs"], f["dataset"]["dataset"]
         beam = f.get("unseen_beam")
         seeds = ", ".join(str(r["seed"]) for r in runs)
-        labels = dict(COLD_ROWS)
+        labels, beam_text = dict(COLD_ROWS), ""
         if beam:
             labels["codes_unseen"] = (f"a beam of {beam} among the cold items' IDs only", "codes")
+            every = beam >= d["cold_item_count"]
+            beam_text = (f" The beam among the cold items is {beam} wide (`UNSEEN_BEAM={beam}`: `--unseen-beam {beam}`;"
+                         " the model's own beam elsewhere)" + (", as many as the cold items: every one is scored by"
+                                                               " its codes' log-probability." if every else "."))
         out += [f"## Item cold start: {dataset}" + (f", a beam of {beam} among the cold items" if beam else ""), "",
                 f"`scripts/recipes/reproduce_generative_retrieval.sh` (`PART=cold`; `scripts/analysis/cold_start.py`, "
                 f"`results/{f['name']}.json`). `data.split.cold_items={d['cold_items']}` (cold_seed "
@@ -39,10 +43,8 @@ def tables(files: list[dict]) -> list[str]:
                 f"{runs[0]['sid_table']['encoder']} encoder, table `{runs[0]['sid_table']['content_hash']}`), "
                 f"distilled from a SASRec of the split; seeds {seeds}, one checkpoint each (the head's best "
                 "validation NDCG@10). Hybrid ε: the head's list of warm items with a share ε of its 20 slots, evenly "
-                "spaced (ε = 0.1: ranks 10 and 20), given to the best cold items by their codes (TIGER §4.3)." + (
-                    f" The beam among the cold items is {beam} wide (`--unseen-beam {beam}`; the model's own beam "
-                    "elsewhere)" + (", as many as the cold items: every one is scored by its codes' log-probability."
-                                    if beam >= d["cold_item_count"] else ".") if beam else ""), "",
+                "spaced (ε = 0.1: ranks 10 and 20), given to the best cold items by their codes (TIGER §4.3)."
+                + beam_text, "",
                 "| ranking | carried by | all: recall@10 | all: ndcg@10 | cold: recall@10 | cold: ndcg@10 | "
                 "cold: recall@20 | warm: ndcg@10 | seeds |", "|" + "---|" * 9]
         rows = {name: [r["metrics"]["test"][name] for r in runs] for name in runs[0]["metrics"]["test"]}

@@ -17,6 +17,8 @@
 #   only); a SASRec teacher of the split data.split.cold_items=$COLD (5% of the items held out of training, cold_seed
 #   0) -> <dataset>_cold_teacher_seed0; per seed the same generator recipe on that split with the text SIDs ->
 #   <dataset>_cold_generator_seed<S>; then scripts/analysis/cold_start.py -> results/<dataset>_cold_start.json.
+#   UNSEEN_BEAM=N: the beam among the cold items N wide (default the model's; their number scores every one) ->
+#   results/<dataset>_cold_start_beamN.json (finished runs are reused, so a second call only ranks).
 # PART=codes (codes that rank on their own; after PART=ranking of the same DATASET: it reuses the teacher and its SIDs):
 #   TRY names one change, trained at SEEDS (default 0) with its checkpoint chosen by the codes' validation NDCG@10
 #   (ranking@model.decoding=codes) -> <dataset>_codes_<try>_seed<S>: control (the ranking part's generator, chosen by
@@ -92,7 +94,8 @@ case "$PART" in
       gens+=("$RUNS/cold-gen-$seed")
     done
     "$PY" -m scripts.analysis.cold_start "${gens[@]}" --teacher "$RUNS/cold-teacher" --threads "$THREADS" \
-      --out "results/${DATASET}_cold_start.json"
+      ${UNSEEN_BEAM:+--unseen-beam "$UNSEEN_BEAM"} \
+      --out "results/${DATASET}_cold_start${UNSEEN_BEAM:+_beam$UNSEEN_BEAM}.json"
     ;;
   codes)
     TRY=${TRY:-control}
