@@ -3,6 +3,8 @@ saw, and metrics on the targets that are those items.
 
 * :func:`unseen_items_beam`: a SID generator's beam decoded among the cold items' semantic IDs only (their codes come
   from their content, so constrained decoding reaches them although no interaction of theirs trained anything).
+* :func:`unseen_items_by_first_code`: the cold items ranked by their first code alone (the level they share with warm
+  items), ties broken by the second.
 * :func:`among`: a score matrix restricted to some items (every other item ``-inf``).
 * :func:`reserve_share`: TIGER's ε: a list of ``k`` items of which a share ``epsilon`` comes from one ranking (the
   codes of the unseen items), at evenly spaced slots, and the rest from another (the warm model) in its own order.
@@ -30,6 +32,22 @@ def unseen_items_beam(model: SIDGenerator, batch: JaggedBatch, trie: PrefixTrie,
     ``beam``: its width (default the model's); as wide as the number of items, it scores every one exactly."""
     seen = (batch.seen_ids, batch.seen_offsets) if model.exclude_history and batch.seen_ids is not None else None
     return beam_search(model.decoder(batch), model.sids, beam or model.beam, model.top_k, trie, seen)
+
+
+def unseen_items_by_first_code(model: SIDGenerator, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
+    """``items (M,)`` (the cold items) ranked by their first code's log-probability alone, the one level they share
+    with warm items, ties (items with the same first code) broken by the second level's -> ``(B, C)`` scores
+    (``M - 1`` for each user's first item down to ``0``, ``-inf`` for every other item and the user's history)."""
+    from genrec.eval.metrics import remove_seen
+
+    users, width = batch.batch_size, len(items)
+    logp = model.first_levels_log_probs(batch, items.expand(users, -1), min(2, model.sids.num_levels))
+    order = logp[..., -1].argsort(dim=1, descending=True, stable=True)  # by the second level, then stably
+    order = order.gather(1, logp[..., 0].gather(1, order).argsort(dim=1, descending=True, stable=True))  # by the first
+    ranks = torch.arange(width - 1, -1, -1, dtype=logp.dtype, device=logp.device).expand(users, -1)
+    scores = torch.full((users, model.num_items + 1), float("-inf"), dtype=logp.dtype, device=logp.device)
+    scores.scatter_(1, items.to(logp.device)[order], ranks)
+    return remove_seen(scores, batch)
 
 
 def among(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

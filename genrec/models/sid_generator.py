@@ -204,16 +204,13 @@ class SIDGenerator(GenerativeRecommender):
                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`item_log_probs` ``(B, M)`` and the ``(B, D)`` states after each history (what the item head
         reads), from one pass."""
-        codes = self.sids.codes[items]  # (B, M, L)
         if use_cache and self.backbone.supports_cache:
-            users, width = items.shape
-            decoder = _CachedDecoder(self, *self._history(batch))
-            total = decoder.start().gather(1, codes[..., 0])  # (B, M)
-            decoder.select(torch.arange(users, device=items.device).repeat_interleave(width))
-            for level in range(self.sids.num_levels - 1):
-                logp = decoder.step(codes[..., level].flatten(), level)  # (B * M, K_{level + 1})
-                total = total + logp.gather(1, codes[..., level + 1].reshape(-1, 1)).view(users, width)
-            return total, decoder.first_states
+            levels, first_states = self._cached_level_log_probs(batch, items, self.sids.num_levels)
+            total = levels[..., 0]
+            for level in range(1, levels.shape[2]):  # level by level, as the beam adds them
+                total = total + levels[..., level]
+            return total, first_states
+        codes = self.sids.codes[items]  # (B, M, L)
         tokens = self.sids.item_tokens(items.flatten())  # (B * M, L)
         users = torch.arange(len(items), device=items.device).repeat_interleave(items.shape[1])
         states = self._run_rows(self._history(batch), users, tokens[:, :-1])  # (B * M, L, D)
@@ -221,6 +218,29 @@ class SIDGenerator(GenerativeRecommender):
         logp = torch.stack([self._level_log_probs(states[:, level], level).gather(1, codes[:, level:level + 1])[:, 0]
                             for level in range(self.sids.num_levels)], dim=1)
         return logp.sum(1).view(items.shape), states[:, 0].unflatten(0, items.shape)[:, 0]
+
+    def first_levels_log_probs(self, batch: JaggedBatch, items: torch.Tensor, levels: int) -> torch.Tensor:
+        """``items (B, M)`` -> ``(B, M, levels)``: each candidate's code log-probability at each of its first
+        ``levels`` levels (the history runs once per user; the later levels are never decoded). Needs a KV-cached
+        backbone."""
+        if not self.backbone.supports_cache:
+            raise ValueError("first_levels_log_probs needs a backbone with a KV cache")
+        return self._cached_level_log_probs(batch, items, levels)[0]
+
+    def _cached_level_log_probs(self, batch: JaggedBatch, items: torch.Tensor, levels: int
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, M, levels)`` log-probabilities of ``items (B, M)``'s first code levels and the ``(B, D)`` states
+        after each history, with the decoder's cache (as in beam search)."""
+        codes = self.sids.codes[items]  # (B, M, L)
+        users, width = items.shape
+        decoder = _CachedDecoder(self, *self._history(batch))
+        out = [decoder.start().gather(1, codes[..., 0])]  # (B, M)
+        if levels > 1:
+            decoder.select(torch.arange(users, device=items.device).repeat_interleave(width))
+        for level in range(levels - 1):
+            logp = decoder.step(codes[..., level].flatten(), level)  # (B * M, K_{level + 1})
+            out.append(logp.gather(1, codes[..., level + 1].reshape(-1, 1)).view(users, width))
+        return torch.stack(out, dim=2), decoder.first_states
 
     def prefix_item_log_probs(self, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
         """Differentiable :meth:`item_log_probs` at every position of a training batch (:class:`TrainSequences`:

@@ -3,12 +3,13 @@ items held out of training entirely; text semantic IDs place them by their conte
 validation and test target and on the targets that are cold items -> one results file.
 
 Rows, per generator checkpoint (each run's best): ``codes`` (its beam by code log-probability over every item),
-``codes_unseen`` (the same beam constrained to the cold items' IDs; ``--unseen-beam`` sets its width), ``head`` (its
-item head's top items: a cold item's row never trained, so it cannot recommend one), ``hybrid_eps<ε>`` (the head's list
-of warm items with a share ε of its slots, evenly spaced, given to ``codes_unseen``'s best items: TIGER's ε); per
-dataset, once: ``semantic_knn`` (content embeddings, nearest to the user's last three items) and
-``semantic_knn_unseen`` (the same among the cold items), the counting baselines, and the ``--teacher`` run (a SASRec of
-the same split) if given.
+``codes_unseen`` (the same beam constrained to the cold items' IDs; ``--unseen-beam`` sets its width),
+``codes_unseen_first`` (the cold items by their first code's log-probability, the level they share with warm items,
+ties broken by the second), ``head`` (its item head's top items: a cold item's row never trained, so it cannot
+recommend one), ``hybrid_eps<ε>`` (the head's list of warm items with a share ε of its slots, evenly spaced, given to
+``codes_unseen``'s best items: TIGER's ε); per dataset, once: ``semantic_knn`` (content embeddings, nearest to the
+user's last three items) and ``semantic_knn_unseen`` (the same among the cold items), the counting baselines, and the
+``--teacher`` run (a SASRec of the same split) if given.
 
 Usage::
 
@@ -68,18 +69,20 @@ def top_list(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.full_like(scores, float("-inf")).scatter(1, top.indices, top.values)
 
 
-def generator_rows(task, batch, trie, is_cold: torch.Tensor, epsilons: list[float],
+def generator_rows(task, batch, trie, cold_items: torch.Tensor, is_cold: torch.Tensor, epsilons: list[float],
                    unseen_beam: int | None = None) -> dict[str, torch.Tensor]:
     """One evaluation batch's score matrices of a generator checkpoint (history removed before any list is cut);
     ``unseen_beam``: the width of the beam among the cold items (default the model's)."""
-    from genrec.eval.cold_start import among, reserve_share, unseen_items_beam
+    from genrec.eval.cold_start import among, reserve_share, unseen_items_beam, unseen_items_by_first_code
     from genrec.eval.metrics import remove_seen
 
     model = task.model
     columns = model.num_items + 1
     head = remove_seen(model.item_head_log_probs(batch), batch)
     unseen = unseen_items_beam(model, batch, trie, unseen_beam).score_matrix(columns)
+    first = unseen_items_by_first_code(model, batch, cold_items)
     rows = {"codes": model.generate(batch).score_matrix(columns), "codes_unseen": unseen,
+            "codes_unseen_first": top_list(first, model.top_k),
             "head": top_list(head, model.top_k)}
     warm = among(head, ~is_cold)
     for eps in epsilons:
@@ -101,15 +104,16 @@ def evaluate_generator(run_dir: Path, epsilons: list[float], unseen_beam: int | 
     if not getattr(model, "has_item_head", False):
         raise SystemExit(f"cold_start: error: {run_dir} has no item head (model.generator.item_head=true)")
     task.exclude_history = cfg.eval.exclude_history
-    trie = PrefixTrie(model.sids.codes[torch.from_numpy(data.cold_items)], model.sids.codebook_sizes)
+    cold = torch.from_numpy(data.cold_items)
+    trie = PrefixTrie(model.sids.codes[cold], model.sids.codebook_sizes)
     is_cold = torch.zeros(model.num_items + 1, dtype=torch.bool)
-    is_cold[torch.from_numpy(data.cold_items)] = True
+    is_cold[cold] = True
     started, metrics = time.time(), {}
     with torch.no_grad():
         for split, loader in (("valid", datamodule.val_dataloader()), ("test", datamodule.test_dataloader())):
             ranks = Ranks(tuple(cfg.eval.ks), cfg.eval.exclude_history)
             for batch in loader:
-                ranks.add(batch, generator_rows(task, batch, trie, is_cold, epsilons, unseen_beam))
+                ranks.add(batch, generator_rows(task, batch, trie, cold, is_cold, epsilons, unseen_beam))
             metrics[split] = ranks.metrics(data.cold_items)
     meta = read_meta(path)
     return {"run": str(run_dir), "results_name": cfg.get("results_name"), "seed": cfg.seed,

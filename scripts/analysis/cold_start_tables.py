@@ -8,6 +8,7 @@ from scripts.docs.tables.common import _cell, _change, _commits, prose
 
 COLD_ROWS = {"codes": ("the beam over every item's semantic IDs", "codes"),
              "codes_unseen": ("the same beam among the cold items' IDs only", "codes"),
+             "codes_unseen_first": ("the cold items by their first code alone (ties: the second level)", "codes"),
              "head": ("the item head's top 20 (a cold item's row never trained)", "head"),
              "teacher": ("SASRec of the same split (the teacher)", "item table"),
              "semantic_knn": ("semantic KNN: content embeddings near the last 3 items", "content"),
@@ -73,7 +74,9 @@ def _cold_goals(rows: dict[str, list[dict]]) -> list[str]:
         return statistics.mean(v[part][metric] for v in rows[name])
 
     lines = []
-    for codes, knn in (("codes", "semantic_knn"), ("codes_unseen", "semantic_knn_unseen")):
+    pairs = [("codes", "semantic_knn"), ("codes_unseen", "semantic_knn_unseen"),
+             ("codes_unseen_first", "semantic_knn_unseen")]
+    for codes, knn in (pair for pair in pairs if pair[0] in rows):
         a, b = mean(codes, "cold", "recall@10"), mean(knn, "cold", "recall@10")
         ratio = f"{a / b:.2f}x" if b else "– (semantic KNN 0)"
         lines.append(f"- Cold targets, recall@10, `{codes}` against `{knn}` (the same candidates): {a:.4f} against "

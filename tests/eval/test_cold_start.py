@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from genrec.eval.breakdown import RankedUsers
-from genrec.eval.cold_start import among, cold_split_metrics, reserve_share, reserved_slots, unseen_items_beam
+from genrec.eval.cold_start import (among, cold_split_metrics, reserve_share, reserved_slots,
+                                     unseen_items_beam, unseen_items_by_first_code)
 from genrec.models.sasrec import SASRec
 from genrec.models.sid_generator import SIDGenerator
 from genrec.models.trie import PrefixTrie
@@ -69,3 +70,28 @@ def test_cold_split_metrics_partition_the_users():
     assert out["cold"]["users"] == 3 and out["cold"]["recall@10"] == pytest.approx(2 / 3)
     assert out["warm"]["users"] == 2 and out["warm"]["recall@10"] == pytest.approx(1 / 2)
     assert out["all"] == {"users": 5, "recall@10": 0.6}
+
+
+def test_the_cold_items_by_first_code_are_ordered_by_the_first_level_then_the_second():
+    """Per-level log-probabilities add up to the item's code log-probability, the first is the decoder's start
+    distribution, and the ranking sorts the unseen items by (first level, second level), the history left out."""
+    table = make_table(40, (2, 5, 5))  # two first codes: many items share one
+    torch.manual_seed(0)
+    model = SIDGenerator(table, SASRec(dim=16, num_layers=1, num_heads=2, max_len=40, dropout=0.0), beam=10,
+                         top_k=4).eval()
+    unseen = torch.tensor([3, 8, 11, 17, 22, 29, 31, 36, 38, 40])
+    histories = [[1, 2, 3], [8, 5], [12]]
+    batch = eval_batch(histories)
+    with torch.no_grad():
+        levels = model.first_levels_log_probs(batch, unseen.expand(3, -1), 3)
+        assert levels.sum(2) == pytest.approx(model.item_log_probs(batch, unseen.expand(3, -1)), abs=1e-5)
+        start = model.decoder(batch).start()
+        assert levels[..., 0] == pytest.approx(start[:, model.sids.codes[unseen, 0]], abs=1e-6)
+        scores = unseen_items_by_first_code(model, batch, unseen)
+    assert len({round(float(v), 6) for v in levels[0, :, 0]}) == 2  # ties on the first level to break
+    for user, history in enumerate(histories):
+        keys = {int(i): (float(levels[user, m, 0]), float(levels[user, m, 1])) for m, i in enumerate(unseen)}
+        expected = sorted((i for i in keys if i not in history), key=lambda i: keys[i], reverse=True)
+        listed = scores[user].argsort(descending=True)[:len(expected)].tolist()
+        assert listed == expected
+        assert torch.isinf(scores[user]).sum() == model.num_items + 1 - len(expected)

@@ -41,8 +41,9 @@ def test_every_row_on_all_cold_and_warm_targets(cold_runs):
     run = found["runs"][0]
     assert run["checkpoint"] == metrics["checkpoints"]["best"] and run["sid_table"]["encoder"] == "text"
     rows = {**run["metrics"]["test"], **found["baselines"]["test"]}
-    assert set(rows) == {"codes", "codes_unseen", "head", "hybrid_eps0.1", "hybrid_eps0.25", "most_popular",
-                         "transitions", "transitions_last3_skip", "semantic_knn", "semantic_knn_unseen", "teacher"}
+    assert set(rows) == {"codes", "codes_unseen", "codes_unseen_first", "head", "hybrid_eps0.1", "hybrid_eps0.25",
+                         "most_popular", "transitions", "transitions_last3_skip", "semantic_knn", "semantic_knn_unseen",
+                         "teacher"}
     cold = details["cold_targets"]["test"]
     assert cold > 0
     for name, row in rows.items():
@@ -50,7 +51,7 @@ def test_every_row_on_all_cold_and_warm_targets(cold_runs):
     # the head is the run's own ranking: its recorded test metrics
     assert rows["head"]["all"]["ndcg@10"] == pytest.approx(metrics["metrics"]["test"]["ndcg@10"], abs=1e-6)
     # rankings among the unseen items never hit a warm target; counting baselines never hit a cold one
-    for name in ("codes_unseen", "semantic_knn_unseen"):
+    for name in ("codes_unseen", "codes_unseen_first", "semantic_knn_unseen"):
         assert rows[name]["warm"]["recall@20"] == 0
     for name in ("most_popular", "transitions", "transitions_last3_skip"):
         assert rows[name]["cold"]["recall@20"] == 0
