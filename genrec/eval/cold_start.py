@@ -3,8 +3,8 @@ saw, and metrics on the targets that are those items.
 
 * :func:`unseen_items_beam`: a SID generator's beam decoded among the cold items' semantic IDs only (their codes come
   from their content, so constrained decoding reaches them although no interaction of theirs trained anything).
-* :func:`unseen_items_by_first_code`: the cold items ranked by their first code alone (the level they share with warm
-  items), ties broken by the second.
+* :func:`unseen_items_by_first_code`: the cold items ranked by their first code alone (the level they most share with
+  warm items), ties broken by the second.
 * :func:`among`: a score matrix restricted to some items (every other item ``-inf``).
 * :func:`reserve_share`: TIGER's ε: a list of ``k`` items of which a share ``epsilon`` comes from one ranking (the
   codes of the unseen items), at evenly spaced slots, and the rest from another (the warm model) in its own order.
@@ -35,9 +35,9 @@ def unseen_items_beam(model: SIDGenerator, batch: JaggedBatch, trie: PrefixTrie,
 
 
 def unseen_items_by_first_code(model: SIDGenerator, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
-    """``items (M,)`` (the cold items) ranked by their first code's log-probability alone, the one level they share
-    with warm items, ties (items with the same first code) broken by the second level's -> ``(B, C)`` scores
-    (``M - 1`` for each user's first item down to ``0``, ``-inf`` for every other item and the user's history)."""
+    """``items (M,)`` (the cold items) ranked by their first code's log-probability alone, the coarsest level, the one
+    they most share with warm items; ties (items with the same first code) broken by the second level's -> ``(B, C)``
+    scores (``M - 1`` for each user's first item down to ``0``, ``-inf`` for every other item and the user's history)."""
     from genrec.eval.metrics import remove_seen
 
     users, width = batch.batch_size, len(items)

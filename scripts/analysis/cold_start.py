@@ -4,8 +4,8 @@ validation and test target and on the targets that are cold items -> one results
 
 Rows, per generator checkpoint (each run's best): ``codes`` (its beam by code log-probability over every item),
 ``codes_unseen`` (the same beam constrained to the cold items' IDs; ``--unseen-beam`` sets its width),
-``codes_unseen_first`` (the cold items by their first code's log-probability, the level they share with warm items,
-ties broken by the second), ``head`` (its item head's top items: a cold item's row never trained, so it cannot
+``codes_unseen_first`` (the cold items by their first code's log-probability, the level they most share with warm
+items, ties broken by the second), ``head`` (its item head's top items: a cold item's row never trained, so it cannot
 recommend one), ``hybrid_eps<ε>`` (the head's list of warm items with a share ε of its slots, evenly spaced, given to
 ``codes_unseen``'s best items: TIGER's ε); per dataset, once: ``semantic_knn`` (content embeddings, nearest to the
 user's last three items) and ``semantic_knn_unseen`` (the same among the cold items), the counting baselines, and the
