@@ -36,8 +36,9 @@ def unseen_items_beam(model: SIDGenerator, batch: JaggedBatch, trie: PrefixTrie,
 
 def unseen_items_by_first_code(model: SIDGenerator, batch: JaggedBatch, items: torch.Tensor) -> torch.Tensor:
     """``items (M,)`` (the cold items) ranked by their first code's log-probability alone, the coarsest level, the one
-    they most share with warm items; ties (items with the same first code) broken by the second level's -> ``(B, C)``
-    scores (``M - 1`` for each user's first item down to ``0``, ``-inf`` for every other item and the user's history)."""
+    they most share with warm items; ties (items with the same first code) broken by the second level's ->
+    ``(B, C)`` scores (``M - 1`` for each user's first item down to ``0``, ``-inf`` for every other item and the
+    user's history)."""
     from genrec.eval.metrics import remove_seen
 
     users, width = batch.batch_size, len(items)
