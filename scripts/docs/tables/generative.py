@@ -126,20 +126,17 @@ def _codes_tries_table(dataset: str, by_try: dict[str, list[dict]], by_head: lis
            prose("codes_tries", "intro"), "",
            "| try | change | SID codebooks | valid ndcg@10 (the choice) | test recall@10 | test ndcg@10 | seeds | "
            "epochs (best), train time | source |", "|" + "---|" * 9]
+    def figures(rows: list[dict]) -> str:  # valid ndcg@10 | test recall@10 | test ndcg@10 | seeds
+        cells = [_cell([r["metrics"][split][metric] for r in rows])
+                 for split, metric in (("valid", "ndcg@10"), ("test", "recall@10"), ("test", "ndcg@10"))]
+        return " | ".join(cells + [", ".join(str(r["seed"]) for r in rows)])
+
     for name, tries in by_try.items():
-        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes_of(tries[0])} | "
-                   f"{_cell([r['metrics']['valid']['ndcg@10'] for r in tries])} | "
-                   f"{_cell([r['metrics']['test']['recall@10'] for r in tries])} | "
-                   f"{_cell([r['metrics']['test']['ndcg@10'] for r in tries])} | "
-                   f"{', '.join(str(r['seed']) for r in tries)} | {_budget(tries)} | "
-                   + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
+        out.append(f"| {name} | {CODES_TRIES.get(name, name)} | {sizes_of(tries[0])} | {figures(tries)} | "
+                   f"{_budget(tries)} | " + ", ".join(f"`results/{r['name']}.json`" for r in tries) + " |")
     if by_head:
         out.append(f"| the ranking table's generators | none; the checkpoint chosen by the head, ranked by its codes | "
-                   f"{head_sizes} | "
-                   f"{_cell([r['metrics']['valid']['ndcg@10'] for r in by_head])} | "
-                   f"{_cell([r['metrics']['test']['recall@10'] for r in by_head])} | "
-                   f"{_cell([r['metrics']['test']['ndcg@10'] for r in by_head])} | "
-                   f"{', '.join(str(r['seed']) for r in by_head)} | – | `results/{ranking_name}.json` |")
+                   f"{head_sizes} | {figures(by_head)} | – | `results/{ranking_name}.json` |")
     for name, b in runs[0].get("baselines", {}).items():  # the same splits for every try
         out.append(f"| {name} (baseline) | – | – | {b['valid']['ndcg@10']:.4f} | {b['test']['recall@10']:.4f} | "
                    f"{b['test']['ndcg@10']:.4f} | – | – | `results/{runs[0]['name']}.json` |")
